@@ -1,0 +1,20 @@
+"""fedcore's own components. They register through the same entry-point mechanism as any plugin."""
+from fedcore.builtin.all_data import AllData
+from fedcore.builtin.fedavg import FedAvg, weighted_mean
+from fedcore.builtin.global_eval import GlobalEval, accuracy_and_loss
+from fedcore.builtin.local_sgd import SGDUpdate
+from fedcore.builtin.partitioners import (
+    DirichletPartition,
+    FewShotPartition,
+    IIDPartition,
+    QuantitySkewPartition,
+    ShardPartition,
+)
+from fedcore.builtin.sync_rounds import SyncRounds, UniformSync
+from fedcore.builtin.whole_model import WholeModel, working_copy
+
+__all__ = [
+    "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GlobalEval", "IIDPartition",
+    "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
+    "accuracy_and_loss", "weighted_mean", "working_copy",
+]

@@ -1,0 +1,20 @@
+"""Entry point ``builtin`` of the fedcore distribution: registers the built-in components, datasets and models."""
+import fedcore
+from fedcore import builtin
+from fedcore.builtin import datasets_and_models
+
+
+@fedcore.hookimpl
+def fedcore_register_components(registry):
+    registry.add("iid", builtin.IIDPartition)
+    registry.add("dirichlet", builtin.DirichletPartition)
+    registry.add("shards", builtin.ShardPartition)
+    registry.add("fewshot", builtin.FewShotPartition)
+    registry.add("quantity-skew", builtin.QuantitySkewPartition)
+    registry.add("fedavg", builtin.FedAvg)
+    registry.add("sgd", builtin.SGDUpdate)
+    registry.add("whole-model", builtin.WholeModel)
+    registry.add("all-data", builtin.AllData)
+    registry.add("uniform", builtin.UniformSync)
+    registry.add("global-eval", builtin.GlobalEval)
+    datasets_and_models.register(registry)

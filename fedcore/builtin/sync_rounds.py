@@ -1,0 +1,46 @@
+"""Synchronous rounds with uniform client sampling (FedAvg's schedule)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+import fedcore
+from fedcore.errors import ConfigError
+from fedcore.scheduling import sample_clients
+from fedcore.settings import setting
+from fedcore.types import ClientInfo, ClientUpdate
+
+
+@attrs.define(kw_only=True)
+class SyncRounds:
+    """Policy: sample clients when nobody is busy, aggregate once all of them arrived; late updates do not count."""
+
+    fraction: float
+    min_clients: int
+
+    def dispatch(self, *, round: int, now: float, idle: Sequence[int], busy: Sequence[int],
+                 rng: np.random.Generator) -> list[int]:
+        return [] if busy else sample_clients(idle, self.fraction, self.min_clients, rng)
+
+    def ready(self, *, now: float, arrived: Sequence[ClientUpdate], busy: Sequence[int], since: float) -> bool:
+        return not busy
+
+    def accepts(self, update: ClientUpdate, *, version: int) -> bool:
+        return False
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class UniformSync:
+    """Each round, ``max(min_clients, round(fraction·N))`` clients drawn uniformly without replacement."""
+
+    fraction: float = setting(1.0, low=0.0, high=1.0, low_open=True, help="participation fraction per round")
+    min_clients: int = setting(1, low=1)
+
+    @fedcore.hookimpl
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> SyncRounds:
+        if self.min_clients > len(clients):
+            raise ConfigError(f"UniformSync.min_clients={self.min_clients} is more than the {len(clients)} clients")
+        return SyncRounds(fraction=self.fraction, min_clients=self.min_clients)

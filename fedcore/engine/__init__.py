@@ -1,0 +1,1 @@
+"""The engine: the loop, executors, the network ledger and the contexts hooks receive."""

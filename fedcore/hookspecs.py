@@ -1,0 +1,212 @@
+"""Hook specifications for fedcore plugins.
+
+Three kinds of hooks, in three sections below:
+
+* **Registration hooks** are called once per process by the plugin catalogue.
+* **Slot hooks** are points of variation: ``firstresult=True``, exactly one provider per pipeline,
+  any number of ``wrapper=True`` wrappers around the provider. A slot with no provider gets the
+  built-in default; two providers are an error naming both.
+* **Observer hooks** are broadcasts: every implementation runs, in pipeline order.
+
+Call every hook with keyword arguments only. Hooks run at round/client granularity, never per
+batch: inside a local update, write plain torch. ``docs/hooks.md`` maps every seed method onto
+these hooks and shows the lifecycle.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest/tox pattern)
+    from torch import nn
+
+    from fedcore.engine.context import RoundContext, RunContext
+    from fedcore.registry import ComponentRegistry
+    from fedcore.scheduling import Scheduler
+    from fedcore.types import (
+        AggregateResult,
+        ClientData,
+        ClientInfo,
+        ClientState,
+        ClientUpdate,
+        Partition,
+        Share,
+    )
+
+hookspec = pluggy.HookspecMarker("fedcore")
+
+# ---------------------------------------------------------------------------------------------
+# Registration hooks
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def fedcore_register_components(registry: ComponentRegistry) -> None:
+    """Register a plugin's named components, datasets and models.
+
+    Called once per process when the catalogue loads the plugin's entry-point module::
+
+        @fedcore.hookimpl
+        def fedcore_register_components(registry):
+            registry.add("trimmed-mean", TrimmedMean)
+
+    Names are lower-case and unique across all installed distributions; a clash is an error that
+    names both distributions.
+    """
+
+
+@hookspec(historic=True)
+def fedcore_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Add plugin-defined hookspecs to a pipeline's manager (pytest's ``pytest_addhooks``).
+
+    The only historic hook. New experimental hooks start here and move into the core when a
+    second plugin needs them.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Slot hooks: firstresult, exactly one provider, wrappers allowed
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def fedcore_partition(dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
+    """Assign training samples (and optionally personal test samples) to ``num_clients`` clients.
+
+    Draw randomness from ``run.np_rng("partition")`` or ``run.rng("partition")`` only.
+    Every client must receive at least one sample. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_make_scheduler(clients: Sequence[ClientInfo], run: RunContext) -> Scheduler:
+    """Return the scheduling policy object the engine drives (see :class:`fedcore.scheduling.Scheduler`).
+
+    A factory, because a policy has several entry points (dispatch, when to aggregate). Synchronous
+    rounds, deadlines, FedBuff, FedAsync and semi-asynchronous policies all have this shape.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_split_model(model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext) -> Share:
+    """Decide the client's share of the global ``model`` this round and build its working copy.
+
+    The share says which entries are downloaded and uploaded (the network counts exactly those),
+    which parameters are trainable, and, for split learning, the server endpoint the client talks
+    to per batch. A share may differ per client and per round (LoRA rank, pruned submodel, cut
+    layer). Never modify ``model`` here. Apply ``ctx.server.client_views[client.id]`` when the
+    aggregator left a personalised download for this client. Runs on the server.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_select_data(
+    client: ClientInfo, indices: Sequence[int], dataset: Any, share: Share, state: ClientState, ctx: RoundContext
+) -> Sequence[int]:
+    """Choose the samples the client trains on this round: a subset of ``indices``.
+
+    ``indices`` is the client's candidate pool (its partition, or ``Partition.pool`` when given).
+    Wrappers narrow the result (``idx = yield; return idx[mask]``). Cache expensive scores in
+    ``state.stash``. Runs on the client. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_local_update(
+    client: ClientInfo, share: Share, data: ClientData, state: ClientState, ctx: RoundContext
+) -> ClientUpdate:
+    """Train ``share.module`` on ``data`` and return the update to upload.
+
+    Return the new values of ``share.upload`` entries; the engine sends them through the
+    client's channel. Per-batch traffic with a server endpoint goes through ``ctx.channel``.
+    Draw randomness from ``ctx.rng(...)``. Runs on the client. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_aggregate(model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+    """Merge the accepted client updates into the next global state.
+
+    ``model`` is the current global model (read it, do not modify it: return new values in
+    :class:`AggregateResult`). Updates carry ``staleness`` for asynchronous schedules. Server-side
+    trainers (distillation) run here and keep their state in ``ctx.server.stash``.
+    Updates with NaN/Inf or mismatched shapes were already rejected by the engine.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_evaluate(
+    model: nn.Module, dataset: Any, clients: Sequence[ClientInfo], states: Mapping[int, ClientState], ctx: RoundContext
+) -> Mapping[str, float]:
+    """Evaluate and return metrics (``accuracy``, ``loss``, ...) for the history.
+
+    The global evaluator tests ``model`` on the server's test set; personalised evaluators use
+    each client's state and its personal test split (``ctx.run.partition.test``).
+    Stops at first non-None result.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Observer hooks: collecting, every implementation runs in pipeline order
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def fedcore_run_start(run: RunContext) -> None:
+    """The run is set up (partition done, clients known) and about to dispatch the first round."""
+
+
+@hookspec
+def fedcore_round_start(ctx: RoundContext) -> None:
+    """A round is about to dispatch clients.
+
+    Observers may transform the server state here (``ctx.server.model`` may be replaced, e.g. a
+    stage switch that injects adapters), which is how a method changes every client's share at
+    round start.
+    """
+
+
+@hookspec
+def fedcore_client_done(client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
+    """A client's update arrived at the server (accepted or not, before aggregation)."""
+
+
+@hookspec
+def fedcore_collect_metrics(ctx: RoundContext) -> Mapping[str, float] | None:
+    """Contribute extra metrics to the round's history row; a key given twice is an error."""
+
+
+@hookspec
+def fedcore_round_end(ctx: RoundContext, record: Mapping[str, Any]) -> None:
+    """A round's history row is complete (after aggregation and evaluation)."""
+
+
+@hookspec
+def fedcore_run_end(run: RunContext, history: Sequence[Mapping[str, Any]]) -> None:
+    """The run finished; ``history`` is the full list of round rows."""
+
+
+SLOT_HOOKS: dict[str, str] = {
+    "partition": "fedcore_partition",
+    "schedule": "fedcore_make_scheduler",
+    "split": "fedcore_split_model",
+    "select": "fedcore_select_data",
+    "local_update": "fedcore_local_update",
+    "aggregate": "fedcore_aggregate",
+    "evaluate": "fedcore_evaluate",
+}
+"""Slot name (the key used in configs) -> hook name."""
+
+OBSERVER_HOOKS: tuple[str, ...] = (
+    "fedcore_run_start",
+    "fedcore_round_start",
+    "fedcore_client_done",
+    "fedcore_collect_metrics",
+    "fedcore_round_end",
+    "fedcore_run_end",
+)

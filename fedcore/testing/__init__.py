@@ -1,0 +1,24 @@
+"""Test helpers for fedcore components: contract checks, tiny fixtures, a hook recorder.
+
+A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
+"""
+from fedcore.testing.contracts import (
+    GENERIC_CHECKS,
+    SLOT_CHECKS,
+    checks_for,
+    parametrize_with_checks,
+)
+from fedcore.testing.fixtures import (
+    ContractFixture,
+    HookRecorder,
+    build_engine,
+    round_context,
+    run_tiny_pipeline,
+    tiny_data,
+    tiny_model,
+)
+
+__all__ = [
+    "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine", "checks_for",
+    "parametrize_with_checks", "round_context", "run_tiny_pipeline", "tiny_data", "tiny_model",
+]

@@ -1,0 +1,260 @@
+"""Contract checks every component must pass, per slot it fills (scikit-learn's ``parametrize_with_checks``).
+
+    from fedcore.testing import parametrize_with_checks
+
+    @parametrize_with_checks([TrimmedMean(), TrimmedMean(trim=0.2)])
+    def test_contract(component, check):
+        check(component)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+import copy
+import functools
+import pickle
+from typing import Any
+
+import attrs
+import pluggy
+import torch
+
+from fedcore import hookspecs
+from fedcore.registry import slots_of
+from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
+from fedcore.types import ClientData, ClientUpdate
+
+Check = Callable[[Any], None]
+
+
+def _state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same_state(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- every component --------------------------------------------------------------------------
+
+def check_is_frozen_attrs_with_identity(component: Any) -> None:
+    cls = type(component)
+    assert attrs.has(cls), f"{cls.__name__} must be an attrs class (@attrs.frozen(eq=False, kw_only=True))"
+    assert cls.__eq__ is object.__eq__, f"{cls.__name__} must use eq=False: pluggy needs identity hashing"
+    hash(component)
+
+
+def check_pickles_and_evolves(component: Any) -> None:
+    clone = pickle.loads(pickle.dumps(component))
+    assert type(clone) is type(component), "pickling changed the component's type"
+    evolved = attrs.evolve(component)
+    assert type(evolved) is type(component)
+
+
+def check_has_docstring(component: Any) -> None:
+    doc = (type(component).__doc__ or "").strip()
+    assert doc, f"{type(component).__name__} needs a docstring saying what it does and why"
+
+
+def check_registers_cleanly(component: Any) -> None:
+    pm = pluggy.PluginManager("fedcore")
+    pm.add_hookspecs(hookspecs)
+    pm.register(component)
+    pm.check_pending()
+    provides, wraps, observes = slots_of(component)
+    assert provides or wraps or observes, f"{type(component).__name__} implements no fedcore hook"
+
+
+# -- per slot ---------------------------------------------------------------------------------
+
+def check_partition(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    part = engine.run_ctx.partition
+    n = len(engine.run_ctx.train)
+    assert part.num_clients == fixture.num_clients
+    for c, idx in enumerate(part.train):
+        assert idx, f"client {c} got no samples"
+        assert len(set(idx)) == len(idx), f"client {c} holds a sample twice"
+        assert all(0 <= i < n for i in idx), f"client {c} has indices outside [0, {n})"
+    again = build_engine([component], fixture).run_ctx.partition
+    assert again.train == part.train, "the same seed gave a different partition"
+
+
+def check_split(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    ctx = round_context(engine)
+    model = engine.run_ctx.server.model
+    before = _state_copy(model)
+    client = engine.run_ctx.clients[0]
+    share = engine.hooks.fedcore_split_model(model=model, client=client, state=engine.run_ctx.client_states[0], ctx=ctx)
+    assert share.module is not model, "the share must be a working copy, not the global model"
+    names = set(share.module.state_dict())
+    assert set(share.download) <= names, f"download names not in the share's module: {set(share.download) - names}"
+    assert set(share.upload) <= names, f"upload names not in the share's module: {set(share.upload) - names}"
+    assert _same_state(before, model.state_dict()), "building a share modified the global model"
+
+
+def check_select(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    run = engine.run_ctx
+    picks = []
+    for _ in range(2):
+        ctx = round_context(engine)
+        job, share = engine._job(run.clients[0], ctx)
+        picks.append(tuple(engine.hooks.fedcore_select_data(
+            client=run.clients[0], indices=job.pool, dataset=run.train, share=share,
+            state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)))
+    assert set(picks[0]) <= set(job.pool), "selected indices are not a subset of the client's pool"
+    assert picks[0] == picks[1], "the same seed selected different samples"
+
+
+def _one_update(engine: Any) -> tuple[ClientUpdate, Any]:
+    run = engine.run_ctx
+    ctx = round_context(engine)
+    client = run.clients[0]
+    job, share = engine._job(client, ctx)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(job.ctx.seed_for("torch"))
+        update = engine.hooks.fedcore_local_update(
+            client=client, share=share, data=ClientData(dataset=run.train, indices=job.pool),
+            state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)
+    return update, job
+
+
+def check_local_update(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    before = _state_copy(model)
+    update, job = _one_update(engine)
+    assert _same_state(before, model.state_dict()), "the local update modified the global model"
+    assert update.num_examples > 0, "num_examples must be > 0"
+    assert set(update.tensors) <= set(job.share.upload), "uploaded entries outside share.upload"
+    for k, v in update.tensors.items():
+        assert torch.isfinite(v).all() if v.is_floating_point() else True, f"entry {k} is not finite"
+    frozen = {n for n, p in job.share.module.named_parameters() if not p.requires_grad}
+    for k in frozen & set(update.tensors) & set(job.downloaded):
+        assert torch.equal(update.tensors[k], job.downloaded[k]), f"frozen parameter {k} changed"
+    update2, _ = _one_update(build_engine([component], fixture))
+    for k in update.tensors:
+        assert torch.equal(update.tensors[k], update2.tensors[k]), f"entry {k} differs between two runs with one seed"
+
+
+def _fake_updates(model: torch.nn.Module, n: int, seed: int) -> list[ClientUpdate]:
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    return [ClientUpdate(client_id=i, num_examples=10 + i,
+                         tensors={k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in state.items()},
+                         base={k: v.clone() for k, v in state.items()})
+            for i in range(n)]
+
+
+def check_aggregate_identity(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    one = _fake_updates(model, 1, fixture.seed)[0]
+    same = [attrs.evolve(one, client_id=i, tensors={k: v.clone() for k, v in one.tensors.items()}) for i in range(3)]
+    out = engine.hooks.fedcore_aggregate(model=model, updates=same, ctx=round_context(engine))
+    for k, v in out.state.items():
+        assert v.shape == one.tensors[k].shape and v.dtype == one.tensors[k].dtype, f"entry {k} changed shape/dtype"
+        assert torch.allclose(v, one.tensors[k], atol=1e-6), f"aggregating identical updates changed entry {k}"
+
+
+def check_aggregate_does_not_mutate(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    updates = _fake_updates(model, 3, fixture.seed)
+    saved = [{k: v.clone() for k, v in u.tensors.items()} for u in updates]
+    before = _state_copy(model)
+    engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
+    for u, s in zip(updates, saved):
+        assert _same_state(u.tensors, s), "the aggregator modified a client update"
+    assert _same_state(before, model.state_dict()), "the aggregator modified the global model in place"
+
+
+def check_aggregate_single_client(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    out = engine.hooks.fedcore_aggregate(model=model, updates=_fake_updates(model, 1, fixture.seed),
+                                         ctx=round_context(engine))
+    assert out.state, "aggregating one update returned no state"
+
+
+def check_aggregate_order_invariant(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    updates = _fake_updates(model, 3, fixture.seed)
+    a = engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
+    b = engine.hooks.fedcore_aggregate(model=model, updates=list(reversed(updates)), ctx=round_context(engine))
+    for k in a.state:
+        assert torch.allclose(a.state[k], b.state[k], atol=1e-6), f"client order changed entry {k}"
+
+
+def check_scheduler(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    sched = engine.scheduler
+    ids = [c.id for c in engine.run_ctx.clients]
+    from fedcore.rng import numpy_generator
+
+    first = list(sched.dispatch(round=0, now=0.0, idle=ids, busy=[], rng=numpy_generator(0, "s")))
+    again = list(build_engine([component], fixture).scheduler.dispatch(round=0, now=0.0, idle=ids, busy=[],
+                                                                         rng=numpy_generator(0, "s")))
+    assert first, "the scheduler dispatched nobody at the start of a run"
+    assert set(first) <= set(ids), "the scheduler dispatched unknown clients"
+    assert first == again, "the same seed dispatched different clients"
+    result = build_engine([component], fixture, rounds=2).run()
+    assert len(result.history) == 2, "a two-round run did not end after two aggregations"
+
+
+def check_evaluate(component: Any, fixture: ContractFixture) -> None:
+    engine = build_engine([component], fixture)
+    run = engine.run_ctx
+    out = engine.hooks.fedcore_evaluate(model=run.server.model, dataset=run.test, clients=run.clients,
+                                        states=run.client_states, ctx=round_context(engine))
+    assert isinstance(out, Mapping), "evaluate must return a mapping of metric name -> number"
+    for k, v in out.items():
+        assert isinstance(k, str) and float(v) == float(v), f"metric {k}={v!r} is not a number"
+
+
+SLOT_CHECKS: dict[str, list[Callable[[Any, ContractFixture], None]]] = {
+    "partition": [check_partition],
+    "split": [check_split],
+    "select": [check_select],
+    "local_update": [check_local_update],
+    "aggregate": [check_aggregate_identity, check_aggregate_does_not_mutate, check_aggregate_single_client,
+                  check_aggregate_order_invariant],
+    "schedule": [check_scheduler],
+    "evaluate": [check_evaluate],
+}
+GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
+                               check_registers_cleanly]
+
+
+def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterator[Check]:
+    """Every check that applies to ``component``: generic ones, then one group per slot it provides."""
+    fx = fixture or ContractFixture()
+    yield from GENERIC_CHECKS
+    for slot in slots_of(component)[0]:
+        for check in SLOT_CHECKS[slot]:
+            bound = functools.partial(check, fixture=fx)
+            functools.update_wrapper(bound, check)
+            yield bound
+
+
+def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixture | None = None,
+                            expected_failed_checks: Mapping[str, str] | None = None):
+    """A ``pytest.mark.parametrize`` over ``(component, check)`` pairs, one test id per check.
+
+    ``expected_failed_checks`` maps a check name to the reason it does not apply (e.g. an
+    order-dependent aggregator opts out of ``check_aggregate_order_invariant``); those are xfailed.
+    """
+    import pytest
+
+    if any(isinstance(c, type) for c in components):
+        raise TypeError("parametrize_with_checks takes component instances, not classes")
+    skip = dict(expected_failed_checks or {})
+    params = []
+    for i, component in enumerate(components):
+        for check in checks_for(component, fixture):
+            name = check.__name__
+            marks = [pytest.mark.xfail(reason=skip[name], strict=True)] if name in skip else []
+            params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{name}", marks=marks))
+    return pytest.mark.parametrize(("component", "check"), params)

@@ -1,0 +1,162 @@
+"""Small records passed through hooks.
+
+Payloads are plain torch (``nn.Module``, ``dict[str, Tensor]``); these records only say what the
+tensors mean. Records that describe a decision are frozen; the few that carry state the engine owns
+(:class:`ClientState`, :class:`ServerState`) are mutable on purpose and say so.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from fedcore.stash import Stash
+
+TensorDict = dict[str, torch.Tensor]
+
+
+def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(i) for i in part) for part in value)
+
+
+@attrs.frozen(kw_only=True)
+class ClientInfo:
+    """Who a client is: its id, how many samples it holds and its device profile name."""
+
+    id: int
+    num_samples: int
+    profile: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Partition:
+    """Which samples each client holds.
+
+    ``train[c]`` are indices into the training set held by client ``c``; ``test[c]``, when given,
+    are indices into the test set that form client ``c``'s personal test split (paired partitions,
+    few-shot class splits). ``pool[c]`` optionally lists candidate samples a data-selection
+    component may draw from (CaFPT's candidate pool); when absent the pool is ``train[c]``.
+    """
+
+    train: tuple[tuple[int, ...], ...] = attrs.field(converter=_as_index_tuple)
+    test: tuple[tuple[int, ...], ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_as_index_tuple)
+    )
+    pool: tuple[tuple[int, ...], ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_as_index_tuple)
+    )
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train)
+
+    def sizes(self) -> list[int]:
+        return [len(p) for p in self.train]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Share:
+    """The part of the global model a client receives, runs and trains this round.
+
+    ``module`` is the client's own working copy (the engine never trains the global model).
+    ``download`` names the ``module.state_dict()`` entries that come from the server this round:
+    only they cross the network (frozen parts a device already holds, such as a frozen backbone
+    or the base weights under LoRA, are not sent again). ``upload`` names what the client sends back.
+    ``endpoint`` is the server side of a split model (split learning); ``None`` when the client
+    holds everything it runs. ``meta`` records the shape of the share (cut layer, rank, mask)
+    for the cost model and the history.
+    """
+
+    module: nn.Module
+    download: tuple[str, ...] = attrs.field(converter=tuple)
+    upload: tuple[str, ...] = attrs.field(converter=tuple)
+    endpoint: Any = None
+    meta: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def trainable(self) -> tuple[str, ...]:
+        return tuple(n for n, p in self.module.named_parameters() if p.requires_grad)
+
+
+@attrs.frozen(kw_only=True)
+class ClientData:
+    """A client's data for one round: the dataset and the selected indices into it."""
+
+    dataset: Any
+    indices: tuple[int, ...] = attrs.field(converter=tuple)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class ClientUpdate:
+    """What a client sends back after its local update.
+
+    ``tensors`` are the new values of the uploaded entries (not deltas), ``base`` the values the
+    client started from (so aggregators that need deltas, such as FedBuff, can form them without
+    the engine keeping copies), ``num_examples`` the weight for sample-weighted averaging.
+    ``version`` is the global version the client started from; the engine sets ``staleness``.
+    """
+
+    client_id: int
+    tensors: TensorDict = attrs.field(repr=False)
+    num_examples: int
+    base: TensorDict = attrs.field(factory=dict, repr=False)
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+    version: int = 0
+    staleness: int = 0
+
+    def delta(self) -> TensorDict:
+        """``tensors - base`` for every uploaded entry that has a base value."""
+        missing = sorted(k for k in self.tensors if k not in self.base)
+        if missing:
+            raise KeyError(f"update of client {self.client_id} has no base value for {missing}")
+        return {k: v - self.base[k] for k, v in self.tensors.items()}
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class AggregateResult:
+    """The next global state.
+
+    ``state`` holds new values for the global entries it names (entries not named keep their
+    value). ``per_client`` optionally gives a different download for individual clients (a
+    personalised aggregate, e.g. PromptAMP); the default split applies it on top of the global
+    state the next time that client is dispatched. ``metrics`` lands in the round's history row.
+    """
+
+    state: TensorDict = attrs.field(repr=False)
+    per_client: Mapping[int, TensorDict] = attrs.field(factory=dict, repr=False)
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@attrs.define(kw_only=True, eq=False)
+class ClientState:
+    """State that stays on one client across rounds and never crosses the network.
+
+    ``tensors`` are client-local tensors (personal heads, a prompt's personal part, a feature
+    memory) and are checkpointed; ``stash`` holds per-plugin values under typed keys
+    (pytest's Stash idea). Mutable on purpose: the engine owns one per client.
+    """
+
+    client_id: int
+    tensors: TensorDict = attrs.field(factory=dict, repr=False)
+    stash: Stash = attrs.field(factory=Stash, repr=False)
+    rounds_participated: int = 0
+
+
+@attrs.define(kw_only=True, eq=False)
+class ServerState:
+    """What the server holds: the global model, its version and per-plugin server state.
+
+    ``client_views`` keeps the per-client downloads an aggregator returned (see
+    :class:`AggregateResult`). Mutable on purpose: the engine owns it; ``fedcore_round_start``
+    observers may change ``model`` (for example, a stage switch that injects adapters).
+    """
+
+    model: nn.Module
+    version: int = 0
+    stash: Stash = attrs.field(factory=Stash, repr=False)
+    client_views: dict[int, TensorDict] = attrs.field(factory=dict, repr=False)

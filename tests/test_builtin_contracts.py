@@ -1,0 +1,26 @@
+"""Every built-in component passes the contract checks it asks third parties to pass."""
+from fedcore import builtin
+from fedcore.testing import parametrize_with_checks
+
+COMPONENTS = [
+    builtin.IIDPartition(),
+    builtin.DirichletPartition(alpha=0.5, min_size=5),
+    builtin.ShardPartition(classes_per_client=2),
+    builtin.FewShotPartition(shots=2),
+    builtin.FewShotPartition(shots=2, mode="random_classes", classes_per_client=2, pool_multiplier=2),
+    builtin.QuantitySkewPartition(beta=1.0, min_size=5),
+    builtin.FedAvg(),
+    builtin.FedAvg(weighting="uniform"),
+    builtin.SGDUpdate(),
+    builtin.SGDUpdate(optimizer="adam", lr=0.01, mu=0.1, epochs=2),
+    builtin.WholeModel(),
+    builtin.AllData(),
+    builtin.UniformSync(),
+    builtin.UniformSync(fraction=0.5),
+    builtin.GlobalEval(),
+]
+
+
+@parametrize_with_checks(COMPONENTS)
+def test_builtin_contract(component, check):
+    check(component)
