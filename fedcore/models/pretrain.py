@@ -1,0 +1,132 @@
+"""'Pre-trained' micro backbones made by fedcore itself, cached on disk.
+
+No weights can be downloaded here, so "pre-trained" means: a micro model trained centrally on a
+*source* task disjoint from the federated *target* task (by default digits 0-4 as source and
+digits 5-9 as target), deterministic by seed, cached as safetensors keyed on every setting.
+Reports must say so. The real loading path (timm ``pretrained=True``) stays available to users
+with weights.
+
+    python -m fedcore.models.pretrain --model micro-vit     # build (or find) the cached backbone
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+SOURCE_CLASSES = (0, 1, 2, 3, 4)
+TARGET_CLASSES = (5, 6, 7, 8, 9)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FEDCORE_CACHE", Path.home() / ".cache" / "fedcore")) / "pretrained"
+
+
+def build_model(name: str, **kwargs: Any) -> nn.Module:
+    from fedcore.models import micro
+
+    factories = {"micro-vit": micro.micro_vit, "micro-cnn": micro.micro_cnn, "tiny-mlp": micro.tiny_mlp}
+    if name not in factories:
+        raise ValueError(f"model={name!r}; choose one of: {', '.join(factories)}")
+    return factories[name](**kwargs)
+
+
+def retarget(model: nn.Module, num_classes: int, *, seed: int = 0) -> nn.Module:
+    """Replace the classification head with a fresh, seeded one for ``num_classes`` classes (in place)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if hasattr(model, "reset_classifier"):
+            model.reset_classifier(num_classes)
+        elif isinstance(model, nn.Sequential) and isinstance(model[-1], nn.Linear):
+            model[-1] = nn.Linear(model[-1].in_features, num_classes)
+        else:
+            raise TypeError(f"do not know how to replace the head of a {type(model).__name__}")
+    return model
+
+
+def pretrain(model: str = "micro-vit", *, source_classes: tuple[int, ...] = SOURCE_CLASSES, epochs: int = 40,
+             lr: float = 2e-3, batch_size: int = 64, seed: int = 0, model_kwargs: dict[str, Any] | None = None,
+             cache: bool = True, verbose: bool = False) -> tuple[nn.Module, dict[str, Any]]:
+    """Train ``model`` on the digits of ``source_classes`` (AdamW, cosine schedule) or load it from the cache.
+
+    Returns the model with its source head and an info dict (source accuracy, cache path, settings).
+    """
+    from safetensors.torch import load_file, save_file
+
+    from fedcore.data.arrays import batches
+    from fedcore.data.digits import load_digits
+    from fedcore.rng import torch_generator
+
+    settings = {"model": model, "source_classes": list(source_classes), "epochs": epochs, "lr": lr,
+                "batch_size": batch_size, "seed": seed, "model_kwargs": model_kwargs or {}, "format": 1}
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root() / f"{model}-{key}.safetensors"
+    kwargs = dict(model_kwargs or {}, num_classes=len(source_classes))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = build_model(model, **kwargs)
+    if cache and path.exists():
+        net.load_state_dict(load_file(str(path)))
+        info = json.loads(path.with_suffix(".json").read_text())
+        return net, info
+    train, test = load_digits(classes=tuple(source_classes), seed=seed)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.05)
+    steps = epochs * ((len(train) + batch_size - 1) // batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    gen = torch_generator(seed, "pretrain", model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for epoch in range(epochs):
+            net.train()
+            for x, y in batches(train, range(len(train)), batch_size, generator=gen):
+                loss = nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+            if verbose and (epoch + 1) % 10 == 0:
+                print(f"pretrain {model} epoch {epoch + 1}/{epochs} loss {float(loss):.3f}")
+    from fedcore.builtin.global_eval import accuracy_and_loss
+
+    acc, _ = accuracy_and_loss(net, test)
+    info = dict(settings, source_accuracy=acc, path=str(path),
+                note="pre-trained by fedcore on a disjoint source task (digits of source_classes); no external weights")
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
+        path.with_suffix(".json").write_text(json.dumps(info, indent=1))
+        os.replace(tmp, path)
+    return net, info
+
+
+def pretrained_for_target(model: str = "micro-vit", *, target_classes: tuple[int, ...] = TARGET_CLASSES,
+                          head_seed: int = 0, **kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """The cached source-task backbone with a fresh head for ``target_classes`` (default digits 5-9)."""
+    source = kwargs.pop("source_classes", SOURCE_CLASSES)
+    overlap = set(source) & set(target_classes)
+    if overlap:
+        raise ValueError(f"source_classes and target_classes overlap on {sorted(overlap)}; they must be disjoint")
+    net, info = pretrain(model, source_classes=source, **kwargs)
+    return retarget(net, len(target_classes), seed=head_seed), info
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="micro-vit")
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    _, info = pretrain(args.model, epochs=args.epochs, seed=args.seed, verbose=True)
+    print(json.dumps(info, indent=1))
+
+
+if __name__ == "__main__":
+    main()
