@@ -15,6 +15,7 @@ import torch
 
 from fedcore.engine.context import RoundContext
 from fedcore.engine.network import Channel, Transfer
+from fedcore.runtime.meter import count_samples
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share, TensorDict
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class JobResult:
     wall_s: float
     error: str | None = None
     share_meta: dict[str, Any] = attrs.field(factory=dict)
+    work: dict[str, int] = attrs.field(factory=dict)  # samples the share's module processed (fedcore.runtime.meter)
 
 
 def run_client_job(hooks: Hooks, job: ClientJob, dataset: Any) -> JobResult:
@@ -52,8 +54,9 @@ def run_client_job(hooks: Hooks, job: ClientJob, dataset: Any) -> JobResult:
     ctx = job.ctx
     channel = ctx.channel if ctx.channel is not None else Channel(job.client.id, ctx.round)
     start = time.perf_counter()
+    work: dict[str, int] = {}
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), count_samples(job.share.module) as work:
             torch.manual_seed(ctx.seed_for("torch"))
             indices = hooks.fedcore_select_data(
                 client=job.client, indices=job.pool, dataset=dataset, share=job.share, state=job.state, ctx=ctx
@@ -69,5 +72,5 @@ def run_client_job(hooks: Hooks, job: ClientJob, dataset: Any) -> JobResult:
         update, error = None, traceback.format_exc()
     return JobResult(
         client_id=job.client.id, update=update, state=job.state, rows=tuple(channel.rows),
-        wall_s=time.perf_counter() - start, error=error, share_meta=dict(job.share.meta),
+        wall_s=time.perf_counter() - start, error=error, share_meta=dict(job.share.meta), work=dict(work),
     )

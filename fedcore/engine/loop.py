@@ -12,8 +12,10 @@ would. Without a clock every job takes zero virtual time and a round is a synchr
 """
 from __future__ import annotations
 
+import copy
 import heapq
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,9 +41,41 @@ log = logging.getLogger("fedcore")
 
 
 class Clock(Protocol):
-    """Turns a finished job into virtual seconds on its client's device (see the runtime issue)."""
+    """Turns a finished job into virtual seconds on its client's device (``fedcore.runtime.SimClock``).
 
-    def duration(self, client: ClientInfo, result: JobResult) -> float: ...
+    ``share`` is the server-side record of what the client was sent (its module is the downloaded,
+    untrained copy under a remote executor); ``round`` is the global version the job started from.
+    Optional methods the engine uses when present: ``bind(run, pipeline)`` once after set-up,
+    ``admit(client, share)`` before a job runs (raise to refuse a share that does not fit), and
+    ``availability(client) -> float`` for seeded faults.
+    """
+
+    def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float: ...
+
+
+EVENT_KEYS = ("failed", "rejected", "dropped", "cancelled", "unavailable", "dropout", "lost")
+"""History-row keys for what happened to clients in a round (present only when non-empty)."""
+
+
+@attrs.define(kw_only=True, eq=False)
+class InFlight:
+    """A dispatched job the server has not heard back from yet.
+
+    Jobs run eagerly at dispatch, so this holds the finished result until its virtual arrival.
+    It is what a checkpoint of an asynchronous run must keep (see :meth:`Engine.runtime_state`):
+    plain values and the update's tensors, no module. ``outcome`` is ``"ok"``, ``"lost"`` (the
+    upload was sent but never reached the server) or ``"dropout"`` (the client vanished mid-round;
+    ``arrival`` is when the server notices).
+    """
+
+    arrival: float
+    client_id: int
+    dispatched_at: float
+    version: int
+    outcome: str = "ok"
+    update: ClientUpdate | None = None
+    error: str | None = None
+    upload: tuple[str, ...] = ()
 
 
 def check_partition(partition: Partition, num_clients: int, train_size: int) -> None:
@@ -74,8 +108,8 @@ class Engine:
 
     def __init__(self, pipeline: Pipeline, *, model: nn.Module, train: Any, test: Any, num_clients: int, rounds: int,
                  seed: int, eval_every: int = 1, executor: Executor | None = None, clock: Clock | None = None,
-                 profiles: Sequence[str | None] | None = None, out_dir: Any = None,
-                 on_round: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 profiles: Sequence[str | None] | Any | None = None, out_dir: Any = None,
+                 on_round: Callable[[dict[str, Any]], None] | None = None, faults: Any = None) -> None:
         if num_clients < 1:
             raise ConfigError(f"num_clients={num_clients}; must be >= 1")
         if rounds < 0:
@@ -84,18 +118,30 @@ class Engine:
             raise ConfigError(f"eval_every={eval_every}; must be >= 1")
         if len(train) < num_clients:
             raise ConfigError(f"num_clients={num_clients} is more than the {len(train)} training samples")
+        if profiles is not None and hasattr(profiles, "assign"):  # a seeded rule (fedcore.runtime.ProfileAssignment)
+            profiles = list(profiles.assign(num_clients, seed=seed))
         if profiles is not None and len(profiles) != num_clients:
             raise ConfigError(f"profiles has {len(profiles)} entries for num_clients={num_clients}")
         self.pipeline = pipeline
         self.hooks = pipeline.hooks
         self.executor = executor or InlineExecutor()
         self.clock = clock
+        self.faults = faults
         self.eval_every = eval_every
         self.profiles = profiles
         self.on_round = on_round
         self.run_ctx = RunContext(seed=seed, num_clients=num_clients, rounds=rounds, train=train, test=test,
                                   server=ServerState(model=model), out_dir=out_dir)
         self.history = History()
+        # the run's runtime state between aggregations (what runtime_state() snapshots)
+        self.now = 0.0
+        self.since = 0.0
+        self.in_flight: list[tuple[float, int, InFlight]] = []
+        self.arrived: list[ClientUpdate] = []
+        self.arrival_times: dict[int, float] = {}
+        self.events: dict[str, list[Any]] = {k: [] for k in EVENT_KEYS}
+        self.busy_s: dict[int, float] = {c: 0.0 for c in range(num_clients)}
+        self.ledger_mark = 0
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -111,12 +157,21 @@ class Engine:
         )
         run.client_states = {c.id: ClientState(client_id=c.id) for c in run.clients}
         self.scheduler = self.hooks.fedcore_make_scheduler(clients=run.clients, run=run)
+        if self.clock is not None and hasattr(self.clock, "bind"):
+            self.clock.bind(run, self.pipeline)
 
     # -- one client --------------------------------------------------------------------------
 
-    def _job(self, client: ClientInfo, ctx: RoundContext) -> tuple[ClientJob, Share]:
+    def _job(self, client: ClientInfo, ctx: RoundContext, *, private_state: bool = False) -> tuple[ClientJob, Share]:
+        """Build the client's share, send the download, and package the job.
+
+        ``private_state``: the job works on a copy of the client's state (a client that will drop
+        out mid-round must not commit its local state).
+        """
         run = self.run_ctx
         state = run.client_states[client.id]
+        if private_state:
+            state = copy.deepcopy(state)
         share = self.hooks.fedcore_split_model(model=run.server.model, client=client, state=state, ctx=ctx)
         channel = Channel(client.id, ctx.round)
         own = share.module.state_dict()
@@ -139,57 +194,20 @@ class Engine:
         self.setup()
         self.executor.start(self.pipeline, run.train)
         self.hooks.fedcore_run_start(run=run)
-        clients = {c.id: c for c in run.clients}
-        now, since = 0.0, 0.0
-        in_flight: list[tuple[float, int, JobResult, Share]] = []
-        arrived: list[ClientUpdate] = []
-        events: dict[str, list[Any]] = {"failed": [], "rejected": [], "dropped": []}
-        ledger_mark = 0
         start_wall = time.perf_counter()
         try:
             while run.server.version < run.rounds:
                 round_wall = time.perf_counter()
                 ctx = RoundContext(round=run.server.version, seed=run.seed, run=run)
                 self.hooks.fedcore_round_start(ctx=ctx)
-                busy = sorted(c for _, c, _, _ in in_flight)
-                idle = [c for c in clients if c not in busy]
-                chosen = list(self.scheduler.dispatch(round=ctx.round, now=now, idle=idle, busy=busy,
-                                                      rng=numpy_generator(run.seed, "schedule", ctx.round)))
-                unknown = sorted(set(chosen) - set(idle))
-                if unknown:
-                    raise ConfigError(f"scheduler dispatched clients {unknown} that are not idle")
-                built = [self._job(clients[c], ctx) for c in chosen]
-                results = self.executor.run([job for job, _ in built])
-                for (job, share), result in zip(built, results):
-                    run.client_states[result.client_id] = result.state
-                    run.ledger.merge(result.rows)
-                    arrival = now + (self.clock.duration(job.client, result) if self.clock else 0.0)
-                    heapq.heappush(in_flight, (arrival, result.client_id, result, share))
-
-                # wait until the policy wants to aggregate
-                while True:
-                    decision = self.scheduler.ready(now=now, arrived=arrived, busy=[c for _, c, _, _ in in_flight],
-                                                    since=since)
-                    if decision is True:
-                        break
-                    next_arrival = in_flight[0][0] if in_flight else float("inf")
-                    if decision is False:
-                        if not in_flight:
-                            break  # nothing more can arrive: aggregate what there is
-                        now = max(now, next_arrival)
-                    elif next_arrival <= float(decision):
-                        now = max(now, next_arrival)
-                    else:
-                        now = max(now, float(decision))
-                        break
-                    while in_flight and in_flight[0][0] <= now:
-                        _, _, result, share = heapq.heappop(in_flight)
-                        self._arrive(result, share, ctx, arrived, events)
-
-                record = self._aggregate(ctx, arrived, events, now, round_wall, start_wall, ledger_mark)
-                ledger_mark = len(run.ledger.rows)
-                arrived, since = [], now
-                events = {"failed": [], "rejected": [], "dropped": []}
+                self._dispatch(ctx)
+                self._wait(ctx)
+                self._cancel_stragglers()
+                record = self._aggregate(ctx, self.arrived, self.events, self.now, round_wall, start_wall,
+                                         self.ledger_mark)
+                self.ledger_mark = len(run.ledger.rows)
+                self.arrived, self.since, self.arrival_times = [], self.now, {}
+                self.events = {k: [] for k in EVENT_KEYS}
                 self.history.rows.append(record)
                 self.hooks.fedcore_round_end(ctx=ctx, record=record)
                 if self.on_round is not None:
@@ -199,26 +217,165 @@ class Engine:
             self.executor.close()
         return RunResult(history=self.history, model=run.server.model, ledger=run.ledger, run=run)
 
-    def _arrive(self, result: JobResult, share: Share, ctx: RoundContext, arrived: list[ClientUpdate],
-                events: dict[str, list[Any]]) -> None:
+    def _busy_ids(self) -> list[int]:
+        return sorted(c for _, c, _ in self.in_flight)
+
+    def _dispatch(self, ctx: RoundContext) -> None:
+        """Ask the policy whom to start, apply seeded faults, run the jobs and queue their arrivals."""
         run = self.run_ctx
-        client = next(c for c in run.clients if c.id == result.client_id)
-        if result.error is not None:
-            events["failed"].append({"client": result.client_id, "error": result.error.strip().splitlines()[-1]})
-            log.warning("client %s failed in round %s; its work is dropped:\n%s", result.client_id, ctx.round, result.error)
+        clients = {c.id: c for c in run.clients}
+        busy = self._busy_ids()
+        idle = [c for c in clients if c not in busy]
+        chosen = list(self.scheduler.dispatch(round=ctx.round, now=self.now, idle=idle, busy=busy,
+                                              rng=numpy_generator(run.seed, "schedule", ctx.round)))
+        unknown = sorted(set(chosen) - set(idle))
+        if unknown:
+            raise ConfigError(f"scheduler dispatched clients {unknown} that are not idle")
+        plans = {c: self._fault_plan(clients[c], ctx.round) for c in chosen}
+        built = []
+        for c in chosen:
+            if plans[c].outcome == "unavailable":
+                self.events["unavailable"].append(c)  # offline at dispatch: nothing sent, nothing computed
+                continue
+            job, share = self._job(clients[c], ctx, private_state=plans[c].outcome == "dropout")
+            if self.clock is not None and hasattr(self.clock, "admit"):
+                self.clock.admit(job.client, share)
+            built.append((job, share, len(job.ctx.channel.rows) if job.ctx.channel is not None else 0))
+        results = self.executor.run([job for job, _, _ in built])
+        for (job, share, sent_before), result in zip(built, results):
+            plan = plans[result.client_id]
+            if plan.outcome == "dropout":  # only the download happened; the client's state is not committed
+                run.ledger.merge(result.rows[:sent_before])
+            else:
+                run.client_states[result.client_id] = result.state
+                run.ledger.merge(result.rows)
+            duration = self.clock.duration(job.client, result, share=share, round=ctx.round) if self.clock else 0.0
+            if plan.outcome == "dropout":
+                duration *= plan.fraction
+            item = InFlight(arrival=self.now + duration, client_id=result.client_id, dispatched_at=self.now,
+                            version=job.version, outcome=plan.outcome, update=result.update, error=result.error,
+                            upload=tuple(share.upload))
+            heapq.heappush(self.in_flight, (item.arrival, item.client_id, item))
+
+    def _fault_plan(self, client: ClientInfo, round: int) -> Any:
+        from fedcore.runtime.faults import FaultPlan
+
+        if self.faults is None:
+            return FaultPlan()
+        availability = 1.0
+        if self.clock is not None and hasattr(self.clock, "availability"):
+            availability = float(self.clock.availability(client))
+        return self.faults.plan(seed=self.run_ctx.seed, round=round, client=client.id, availability=availability)
+
+    def _wait(self, ctx: RoundContext) -> None:
+        """Advance virtual time one arrival at a time until the policy wants to aggregate."""
+        while True:
+            decision = self.scheduler.ready(now=self.now, arrived=self.arrived, busy=self._busy_ids(),
+                                            since=self.since)
+            if decision is True:
+                return
+            next_arrival = self.in_flight[0][0] if self.in_flight else math.inf
+            if decision is False:
+                if not self.in_flight:
+                    return  # nothing more can arrive: aggregate what there is
+            elif next_arrival > float(decision):
+                self.now = max(self.now, float(decision))
+                return
+            _, _, item = heapq.heappop(self.in_flight)
+            self.now = max(self.now, item.arrival)
+            self._arrive(item, ctx)
+
+    def _cancel_stragglers(self) -> None:
+        """Stop the in-flight jobs the policy gives up on (a synchronous deadline); they become idle."""
+        cancel = getattr(self.scheduler, "cancel", None)
+        if cancel is None or not self.in_flight:
             return
-        update = result.update
+        stop = set(cancel(now=self.now, busy=self._busy_ids()))
+        if not stop:
+            return
+        keep = []
+        for entry in self.in_flight:
+            item = entry[2]
+            if item.client_id in stop:
+                self.busy_s[item.client_id] += max(0.0, self.now - item.dispatched_at)
+                self.events["cancelled"].append(item.client_id)
+            else:
+                keep.append(entry)
+        heapq.heapify(keep)
+        self.in_flight = keep
+
+    def _arrive(self, item: InFlight, ctx: RoundContext) -> None:
+        run = self.run_ctx
+        cid = item.client_id
+        self.busy_s[cid] += item.arrival - item.dispatched_at
+        if item.outcome in ("dropout", "lost"):  # the server never receives anything
+            self.events[item.outcome].append(cid)
+            log.info("round %s: client %s %s", ctx.round, cid,
+                     "dropped out mid-round" if item.outcome == "dropout" else "lost its upload")
+            return
+        client = next(c for c in run.clients if c.id == cid)
+        if item.error is not None:
+            self.events["failed"].append({"client": cid, "error": item.error.strip().splitlines()[-1]})
+            log.warning("client %s failed in round %s; its work is dropped:\n%s", cid, ctx.round, item.error)
+            return
+        update = item.update
         assert update is not None
-        problem = update_problem(update, share)
+        problem = update_problem(update, upload=item.upload)
         if problem is None and update.version < run.server.version and not self.scheduler.accepts(
                 update, version=run.server.version):
-            events["dropped"].append(result.client_id)
+            self.events["dropped"].append(cid)
         elif problem is not None:
-            events["rejected"].append({"client": result.client_id, "reason": problem})
-            log.warning("round %s: rejected the update of client %s: %s", ctx.round, result.client_id, problem)
+            self.events["rejected"].append({"client": cid, "reason": problem})
+            log.warning("round %s: rejected the update of client %s: %s", ctx.round, cid, problem)
         else:
-            arrived.append(attrs.evolve(update, staleness=run.server.version - update.version))
+            self.arrived.append(attrs.evolve(update, staleness=run.server.version - update.version))
+            self.arrival_times[cid] = item.arrival - item.dispatched_at
         self.hooks.fedcore_client_done(client=client, update=update, ctx=ctx)
+
+    def _runtime_metrics(self) -> dict[str, Any]:
+        """Virtual time, Co-S2P's resource utilisation (Eq. 17) of this aggregation, and busy fractions."""
+        out: dict[str, Any] = {"virtual_time": self.now}
+        times = list(self.arrival_times.values())
+        if times and max(times) > 0:
+            out["ru"] = sum(times) / (len(times) * max(times))
+        if self.now > 0:
+            busy = dict(self.busy_s)
+            for _, c, item in self.in_flight:  # partly done work of jobs still running
+                busy[c] += max(0.0, min(self.now, item.arrival) - item.dispatched_at)
+            per_client = [busy[c] / self.now for c in sorted(busy)]
+            out["utilisation"] = sum(per_client) / len(per_client)
+            out["client_utilisation"] = [round(u, 6) for u in per_client]
+        return out
+
+    # -- snapshots (checkpoint/resume of asynchronous runs) ----------------------------------
+
+    def runtime_state(self) -> dict[str, Any]:
+        """Everything besides the server/client states and the history that a resumed run needs.
+
+        Taken between aggregations (``arrived`` is then empty). ``in_flight`` holds finished jobs
+        awaiting their virtual arrival (update tensors included); scheduler and clock states come
+        from their optional ``state_dict()``. Values are plain Python, tensors and attrs records.
+        """
+        state: dict[str, Any] = {
+            "now": self.now, "since": self.since, "ledger_mark": self.ledger_mark,
+            "busy_s": dict(self.busy_s), "in_flight": [attrs.asdict(item, recurse=False) for _, _, item in self.in_flight],
+        }
+        for name, owner in (("scheduler", getattr(self, "scheduler", None)), ("clock", self.clock)):
+            if owner is not None and hasattr(owner, "state_dict"):
+                state[name] = owner.state_dict()
+        return state
+
+    def load_runtime_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`runtime_state` after :meth:`setup` (the scheduler must exist)."""
+        self.now, self.since = float(state["now"]), float(state["since"])
+        self.ledger_mark = int(state["ledger_mark"])
+        self.busy_s = {int(k): float(v) for k, v in state["busy_s"].items()}
+        items = [InFlight(**d) for d in state["in_flight"]]
+        self.in_flight = [(i.arrival, i.client_id, i) for i in items]
+        heapq.heapify(self.in_flight)
+        for name, owner in (("scheduler", getattr(self, "scheduler", None)), ("clock", self.clock)):
+            if name in state and owner is not None and hasattr(owner, "load_state_dict"):
+                owner.load_state_dict(state[name])
 
     def _aggregate(self, ctx: RoundContext, arrived: list[ClientUpdate], events: dict[str, list[Any]], now: float,
                    round_wall: float, start_wall: float, ledger_mark: int) -> dict[str, Any]:
@@ -256,7 +413,7 @@ class Engine:
             record.update({k: float(v) for k, v in metrics.items()})
         record.update(self.hooks.collect_metrics(ctx=ctx))
         if self.clock is not None:
-            record["virtual_time"] = now
+            record.update(self._runtime_metrics())
         record["round_wall_s"] = time.perf_counter() - round_wall
         record["wall_s"] = time.perf_counter() - start_wall
         return record

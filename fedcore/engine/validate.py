@@ -1,18 +1,21 @@
 """Checks on a client update before it may reach the aggregator."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from fedcore.types import ClientUpdate, Share
 
 
-def update_problem(update: ClientUpdate, share: Share) -> str | None:
+def update_problem(update: ClientUpdate, share: Share | None = None, *, upload: Sequence[str] | None = None
+                   ) -> str | None:
     """Why ``update`` must be rejected, or ``None`` if it is acceptable.
 
     Rejects keys the share did not allow to upload, shapes that differ from what the client
     received, and any NaN/Inf value: a broken client never gets averaged into the global model.
     """
-    allowed = set(share.upload)
+    allowed = set(share.upload if share is not None else (upload or ()))
     extra = sorted(set(update.tensors) - allowed)
     if extra:
         return f"uploaded entries {extra} that its share does not upload (allowed: {sorted(allowed)})"

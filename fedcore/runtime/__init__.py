@@ -1,0 +1,13 @@
+"""The heterogeneous-device runtime: device profiles, the FLOP/byte cost model, the simulated clock, faults.
+
+    from fedcore.runtime import SimClock, ProfileAssignment, Faults
+    clock = SimClock()                                     # presets: phone, watch, laptop, jetson-*
+    profiles = ProfileAssignment(weights={"watch": 4, "phone": 2, "laptop": 2})
+    pipe.run(..., clock=clock, profiles=profiles, faults=Faults(dropout_during=0.1))
+
+See docs/runtime.md.
+"""
+from fedcore.runtime.faults import FaultPlan, Faults
+from fedcore.runtime.meter import count_samples
+
+__all__ = ["FaultPlan", "Faults", "count_samples"]
