@@ -33,13 +33,36 @@ def load_image_folder(root: str | Path, *, size: int | None = None, grayscale: b
 
 
 def load_cifar(root: str | Path, *, train: bool = True, hundred: bool = False) -> ArrayDataset:
-    """CIFAR-10/100 from the official python batches already extracted under ``root``."""
-    from torchvision import datasets
+    """CIFAR-10/100 from the official python batches already extracted under ``root``.
 
-    cls = datasets.CIFAR100 if hundred else datasets.CIFAR10
-    ds = cls(str(root), train=train, download=False)
-    x = torch.from_numpy(np.asarray(ds.data)).permute(0, 3, 1, 2).float() / 255.0
-    return ArrayDataset(x, torch.as_tensor(ds.targets), ds.classes)
+    Reads the batch files directly (the format torchvision reads) rather than through torchvision's
+    dataset class, whose md5 check refuses anything but the exact official files (subsets, test fixtures).
+    ``root`` is the directory holding ``cifar-10-batches-py`` / ``cifar-100-python``, or that directory itself.
+    """
+    import pickle
+
+    root = Path(root)
+    folder = "cifar-100-python" if hundred else "cifar-10-batches-py"
+    base = root / folder if (root / folder).is_dir() else root
+    if hundred:
+        files, label_key, meta, names_key = (["train"] if train else ["test"]), b"fine_labels", "meta", b"fine_label_names"
+    else:
+        files = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+        label_key, meta, names_key = b"labels", "batches.meta", b"label_names"
+    missing = [f for f in files + [meta] if not (base / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"CIFAR-{100 if hundred else 10} python batches not found under {root}: missing {missing}"
+                                f" (expected the extracted {folder}/ directory; nothing is downloaded)")
+    data, labels = [], []
+    for name in files:
+        with open(base / name, "rb") as fh:
+            batch = pickle.load(fh, encoding="bytes")  # the official format is a pickled dict
+        data.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.extend(int(v) for v in batch[label_key])
+    with open(base / meta, "rb") as fh:
+        classes = [n.decode() if isinstance(n, bytes) else str(n) for n in pickle.load(fh, encoding="bytes")[names_key]]
+    x = torch.from_numpy(np.concatenate(data)).float() / 255.0
+    return ArrayDataset(x, torch.as_tensor(labels), classes)
 
 
 def load_hf_disk(path: str | Path, *, split: str = "train", image_key: str = "image", label_key: str = "label") -> ArrayDataset:
@@ -56,9 +79,10 @@ def load_hf_disk(path: str | Path, *, split: str = "train", image_key: str = "im
             raise KeyError(f"column {key!r} not in {path}; columns: {ds.column_names}")
     images = []
     for item in ds[image_key]:
-        arr = np.asarray(item, dtype=np.float32)
-        if arr.max() > 1.0:
-            arr = arr / 255.0
+        raw = np.asarray(item)
+        # integer pixels (PIL images, uint8 arrays) are 0..255; float arrays are taken as already in [0, 1].
+        # Decided by dtype, not by each image's max, so a dark image is scaled like every other one.
+        arr = raw.astype(np.float32) / 255.0 if raw.dtype.kind in "ui" else raw.astype(np.float32)
         images.append(torch.from_numpy(arr if arr.ndim == 3 else arr[None]))
     x = torch.stack(images)
     if x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):  # HWC -> CHW
