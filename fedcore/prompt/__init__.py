@@ -1,0 +1,29 @@
+"""Prompt learning on a frozen open_clip CLIP, reusable by every prompt-based method (PromptFL, pFedPrompt, CaFPT).
+
+* :mod:`backbone` -- :class:`FrozenCLIP` over any open_clip architecture (real pretrained tags or random
+  weights; ``fedcore-tiny-clip`` is fedcore's micro architecture), :func:`load_backbone`.
+* :mod:`learner` -- :class:`CoOpPromptLearner` (context length, class-token position, unified or
+  class-specific context, text initialisation, optional personal part) and :class:`PromptedCLIP`.
+* :mod:`features` -- frozen image features cached in a stash.
+* :mod:`training` -- :func:`train_prompt`, CoOp's training loop.
+* :mod:`share`, :mod:`update`, :mod:`evaluate` -- the pipeline components :class:`PromptShare`,
+  :class:`PromptUpdate`, :class:`PromptEval`.
+* :mod:`captioned`, :mod:`pretrain` -- captioned data and the tiny CLIP pre-trained by fedcore
+  (``python -m fedcore.prompt.pretrain``).
+
+open_clip is imported only when a backbone is built.
+"""
+from fedcore.prompt.backbone import TINY, FrozenCLIP, architectures, check_architecture, load_backbone, parameter_counts
+from fedcore.prompt.evaluate import PromptEval, client_classes, macro_f1
+from fedcore.prompt.features import FEATURES, cached_features, encode_all, gather_images, gather_labels
+from fedcore.prompt.learner import CoOpPromptLearner, PromptedCLIP, prompted_clip
+from fedcore.prompt.share import PromptShare, require_prompted
+from fedcore.prompt.training import train_prompt
+from fedcore.prompt.update import PromptUpdate
+
+__all__ = [
+    "FEATURES", "TINY", "CoOpPromptLearner", "FrozenCLIP", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
+    "architectures", "cached_features", "check_architecture", "client_classes", "encode_all", "gather_images",
+    "gather_labels", "load_backbone", "macro_f1", "parameter_counts", "prompted_clip", "require_prompted",
+    "train_prompt",
+]

@@ -1,0 +1,91 @@
+"""PromptFL: contract checks, the method by name, the Table 4.1 cost model, real parameter counts, baselines."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+import fedcore
+from fedcore.prompt import load_backbone, prompted_clip
+from fedcore.prompt.captioned import shapes_dataset
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
+from fedcore_promptfl import PromptFL, clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
+
+_BACKBONE = []
+
+
+def backbone():
+    if not _BACKBONE:
+        _BACKBONE.append(load_backbone("fedcore-tiny-clip", seed=0))
+    return _BACKBONE[0]
+
+
+def tiny_prompted():
+    return prompted_clip(backbone(), [f"class{i}" for i in range(4)], n_ctx=4)
+
+
+def data(classes=6, n_train=6, n_test=3):
+    tr = shapes_dataset(n_train, stream="p-train", noise=0.2)
+    te = shapes_dataset(n_test, stream="p-test", noise=0.2)
+    keep = lambda ds: ds.subset([i for i in range(len(ds)) if int(ds.y[i]) < classes])
+    tr2, te2 = keep(tr), keep(te)
+    tr2.classes = te2.classes = tr.classes[:classes]
+    return tr2, te2
+
+
+@parametrize_with_checks([PromptFL(epochs=1, lr=0.01), PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)],
+                         fixture=ContractFixture(model_factory=tiny_prompted, data_factory=tiny_data))
+def test_contract(component, check):
+    check(component)
+
+
+def test_runs_by_name_from_a_config():
+    cfg = {"partition": {"name": "fewshot", "shots": 2, "mode": "disjoint"}, "split": "prompt-share",
+           "local_update": {"name": "promptfl", "lr": 0.05, "epochs": 1}, "aggregate": {"name": "fedavg",
+                                                                                       "weighting": "uniform"},
+           "evaluate": "prompt-eval"}
+    pipe = fedcore.Pipeline.from_config(cfg)
+    assert pipe.describe()["slots"]["local_update"] == "promptfl"
+    train, test = data()
+    model = fedcore.plugins.registry().get("prompted-clip", kind="model").obj(classnames=train.classes, n_ctx=4)
+    res = pipe.run(model=model, train=train, test=test, num_clients=3, rounds=1, seed=0)
+    assert res.ledger.total(direction="up") == 3 * 4 * 64 * 4
+
+
+def test_table_4_1_golden_values():
+    prompt = system_cost(params=150e6, prompt_learning=True)
+    fl = system_cost(params=100e6)
+    assert prompt.comm_seconds == pytest.approx(88.9, abs=0.05)
+    assert fl.comm_seconds == pytest.approx(32593, abs=1)
+    assert fl.comm_seconds / 3600 == pytest.approx(9.05, abs=0.01)
+    assert fl.train_flops == pytest.approx(3.7632e12)
+    assert prompt.inference_flops == pytest.approx(58.8e9)
+    assert fl.inference_flops == pytest.approx(39.2e9)
+    assert prompt.storage_bytes == 600e6 and fl.storage_bytes == 400e6
+    assert fl.download_bytes == 40e9 and fl.upload_bytes == 40e9
+
+
+def test_real_rn50_counts_and_the_upload_ratio():
+    r = prompt_ratios("RN50")
+    assert r["prompt_params"] == 8192 and r["token_width"] == 512
+    assert r["total_params"] == pytest.approx(102.01e6, rel=0.005)
+    assert r["image_params"] == pytest.approx(38.32e6, rel=0.005)
+    assert r["upload_ratio_image_tower"] == pytest.approx(38.32e6 / 8192, rel=0.005)  # ~4.7e3, not 110x
+
+
+def test_finetune_and_scratch_baselines_send_the_whole_tower():
+    train, test = data()
+    bb = backbone()
+    ft = clip_image_classifier(bb, len(train.classes), init="pretrained")
+    scratch = clip_image_classifier(bb, len(train.classes), init="scratch")
+    assert torch.equal(ft.visual.conv1.weight, bb.model.visual.conv1.weight)
+    assert not torch.equal(scratch.visual.conv1.weight, bb.model.visual.conv1.weight)
+    res = finetune_pipeline(shots=2, epochs=1).run(model=ft, train=train, test=test, num_clients=3, rounds=1, seed=0)
+    tower_bytes = sum(v.numel() * v.element_size() for v in ft.state_dict().values())
+    assert res.ledger.total(direction="down") == 3 * tower_bytes
+    prompt = promptfl_pipeline(shots=2, epochs=1, lr=0.05).run(
+        model=prompted_clip(bb, train.classes, n_ctx=16), train=train, test=test, num_clients=3, rounds=1, seed=0)
+    assert res.ledger.total(direction="up") / prompt.ledger.total(direction="up") == pytest.approx(
+        sum(p.numel() for p in ft.parameters()) / (16 * 64), rel=0.01)
