@@ -18,6 +18,14 @@ COMPONENTS = [
     builtin.UniformSync(),
     builtin.UniformSync(fraction=0.5),
     builtin.GlobalEval(),
+    builtin.UniformSync(deadline=5.0),
+    builtin.AsyncSchedule(),
+    builtin.AsyncSchedule(concurrency=2, max_staleness=3),
+    builtin.BufferedSchedule(buffer_size=2),
+    builtin.SemiAsyncSchedule(mu=0.5, t_clk=1.0),
+    builtin.FedAsyncMix(alpha=1.0, staleness="constant"),
+    builtin.FedBuffStep(),
+    builtin.FedBuffStep(server_lr=1.0, staleness="hinge", weighting="samples"),
 ]
 
 

@@ -109,7 +109,8 @@ class Engine:
     def __init__(self, pipeline: Pipeline, *, model: nn.Module, train: Any, test: Any, num_clients: int, rounds: int,
                  seed: int, eval_every: int = 1, executor: Executor | None = None, clock: Clock | None = None,
                  profiles: Sequence[str | None] | Any | None = None, out_dir: Any = None,
-                 on_round: Callable[[dict[str, Any]], None] | None = None, faults: Any = None) -> None:
+                 on_round: Callable[[dict[str, Any]], None] | None = None, faults: Any = None,
+                 checkpoint: Any = None) -> None:
         if num_clients < 1:
             raise ConfigError(f"num_clients={num_clients}; must be >= 1")
         if rounds < 0:
@@ -130,6 +131,7 @@ class Engine:
         self.eval_every = eval_every
         self.profiles = profiles
         self.on_round = on_round
+        self.checkpoint = checkpoint  # a fedcore.engine.checkpoint.Checkpointer: saves rounds, resumes a run
         self.run_ctx = RunContext(seed=seed, num_clients=num_clients, rounds=rounds, train=train, test=test,
                                   server=ServerState(model=model), out_dir=out_dir)
         self.history = History()
@@ -194,12 +196,15 @@ class Engine:
         self.setup()
         self.executor.start(self.pipeline, run.train)
         self.hooks.fedcore_run_start(run=run)
-        start_wall = time.perf_counter()
+        resumed = self.checkpoint.restore(self) if self.checkpoint is not None else None
+        start_wall = time.perf_counter() - (resumed.wall_s if resumed is not None else 0.0)
         try:
             while run.server.version < run.rounds:
                 round_wall = time.perf_counter()
                 ctx = RoundContext(round=run.server.version, seed=run.seed, run=run)
                 self.hooks.fedcore_round_start(ctx=ctx)
+                if self.checkpoint is not None:
+                    self.checkpoint.round_started(self)
                 self._dispatch(ctx)
                 self._wait(ctx)
                 self._cancel_stragglers()
@@ -212,6 +217,8 @@ class Engine:
                 self.hooks.fedcore_round_end(ctx=ctx, record=record)
                 if self.on_round is not None:
                     self.on_round(record)
+                if self.checkpoint is not None:
+                    self.checkpoint.after_round(self, wall_s=record["wall_s"])
             self.hooks.fedcore_run_end(run=run, history=self.history.rows)
         finally:
             self.executor.close()
@@ -345,6 +352,8 @@ class Engine:
             per_client = [busy[c] / self.now for c in sorted(busy)]
             out["utilisation"] = sum(per_client) / len(per_client)
             out["client_utilisation"] = [round(u, 6) for u in per_client]
+        if self.clock is not None and hasattr(self.clock, "collect"):
+            out.update(self.clock.collect())
         return out
 
     # -- snapshots (checkpoint/resume of asynchronous runs) ----------------------------------

@@ -1,0 +1,108 @@
+"""FedAsync (Xie, Koyejo, Gupta, 2019): aggregate on every arrival, mixing with a staleness-discounted weight.
+
+Two components, usable apart: ``AsyncSchedule`` (the schedule slot) keeps ``concurrency`` clients
+busy and aggregates on each arrival, handing the update's staleness to whatever aggregator the
+pipeline has; ``FedAsyncMix`` (the aggregate slot) is the paper's server update
+``w <- (1 - α s(τ)) w + α s(τ) x_new``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+import fedcore
+from fedcore.builtin.fedavg import weighted_mean
+from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
+from fedcore.errors import ConfigError
+from fedcore.settings import setting
+from fedcore.types import AggregateResult, ClientInfo, ClientUpdate, TensorDict
+
+
+def fill_to(concurrency: int, idle: Sequence[int], busy: Sequence[int], rng: np.random.Generator) -> list[int]:
+    """Enough idle clients, drawn uniformly, to have ``concurrency`` busy; in id order."""
+    k = min(max(0, concurrency - len(busy)), len(idle))
+    if k == 0:
+        return []
+    return sorted(int(c) for c in rng.choice(np.asarray(idle), size=k, replace=False))
+
+
+def resolve_concurrency(owner: str, concurrency: int | None, clients: Sequence[ClientInfo]) -> int:
+    n = len(clients)
+    if concurrency is None:
+        return n
+    if concurrency > n:
+        raise ConfigError(f"{owner}.concurrency={concurrency} is more than the {n} clients")
+    return concurrency
+
+
+@attrs.define(kw_only=True)
+class AsyncRounds:
+    """Policy: keep ``concurrency`` clients training; aggregate each arrival alone."""
+
+    concurrency: int
+    max_staleness: int | None = None
+
+    def dispatch(self, *, round: int, now: float, idle: Sequence[int], busy: Sequence[int],
+                 rng: np.random.Generator) -> list[int]:
+        return fill_to(self.concurrency, idle, busy, rng)
+
+    def ready(self, *, now: float, arrived: Sequence[ClientUpdate], busy: Sequence[int], since: float) -> bool:
+        return len(arrived) >= 1
+
+    def accepts(self, update: ClientUpdate, *, version: int) -> bool:
+        return self.max_staleness is None or version - update.version <= self.max_staleness
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class AsyncSchedule:
+    """Fully asynchronous schedule (FedAsync; Co-S2P(Async.)): one aggregation per arriving update."""
+
+    concurrency: int | None = setting(None, kind=int, low=1, optional=True,
+                                      help="clients training at once (default: all)")
+    max_staleness: int | None = setting(None, kind=int, low=0, optional=True,
+                                        help="drop updates staler than this (default: keep all)")
+
+    @fedcore.hookimpl
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> AsyncRounds:
+        return AsyncRounds(concurrency=resolve_concurrency("AsyncSchedule", self.concurrency, clients),
+                           max_staleness=self.max_staleness)
+
+
+def mix(current: TensorDict, target: TensorDict, alpha: float) -> TensorDict:
+    """``(1 - alpha)·current + alpha·target`` per floating entry (float64 math); others take ``target``."""
+    out: TensorDict = {}
+    for k, v in target.items():
+        cur = current[k]
+        if not v.is_floating_point():
+            out[k] = v.clone()
+            continue
+        out[k] = (cur.to(torch.float64) * (1.0 - alpha) + v.to(torch.float64) * alpha).to(v.dtype)
+    return out
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FedAsyncMix:
+    """FedAsync's server update: mix the current model with the arrival by ``α·s(τ)``.
+
+    Several simultaneous arrivals are first averaged with weights ``n_i·s(τ_i)``; the mixing weight
+    is then ``α`` times the sample-weighted mean of ``s(τ_i)`` (exactly the paper's rule for one).
+    """
+
+    alpha: float = setting(0.6, low=0.0, high=1.0, low_open=True, help="mixing weight α")
+    staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS)
+    a: float = setting(0.5, low=0.0, help="polynomial exponent / hinge slope")
+    b: float = setting(4.0, low=0.0, help="hinge threshold")
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+        s = [staleness_weight(self.staleness, u.staleness, a=self.a, b=self.b) for u in updates]
+        n = [float(u.num_examples) for u in updates]
+        target = weighted_mean(updates, [ni * si for ni, si in zip(n, s)])
+        alpha = self.alpha * sum(ni * si for ni, si in zip(n, s)) / sum(n)
+        current = model.state_dict()
+        return AggregateResult(state=mix(current, target, alpha),
+                               metrics={"mix_alpha": alpha, "mean_staleness": float(np.mean([u.staleness for u in updates]))})

@@ -1,0 +1,161 @@
+"""The cost model: FLOPs and memory of a client's share, measured from its real forward and backward.
+
+``torch.utils.flop_counter.FlopCounterMode`` counts one forward+backward of the share's module on a
+small batch of the client's own data; the result per sample is cached per distinct share shape
+(module class, every parameter's name/shape/trainability, buffers, simple ``meta`` values, input
+shape), so a run pays for it once per shape. Backward cost follows what autograd really does:
+frozen weights get no weight gradients, so a LoRA or prompt share costs less than a whole model.
+Activation memory is the bytes autograd saves for backward (``saved_tensors_hooks``), parameters
+excluded. CPU fused attention is not in torch's FLOP registry; its formula is added here.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+from torch.utils import flop_counter
+from torch.utils.flop_counter import FlopCounterMode
+
+from fedcore.errors import ConfigError
+from fedcore.types import Share
+
+aten = torch.ops.aten
+
+
+def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def _extra_formulas() -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
+    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        out[aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_sdpa
+        out[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_sdpa_backward
+    return out
+
+
+class ResourceError(ConfigError):
+    """A client's share does not fit its device (memory)."""
+
+
+@attrs.frozen(kw_only=True)
+class ShareCost:
+    """Per-sample FLOPs and the memory terms of one share shape."""
+
+    forward_flops: float  # one forward pass, per sample
+    train_flops: float  # forward + backward (of what is trainable), per sample
+    param_bytes: int  # every parameter and buffer the client holds
+    trainable_bytes: int  # trainable parameters (gradients have the same size)
+    activation_bytes: float  # saved for backward, per sample
+
+    def memory_bytes(self, *, batch_size: int, optimizer_slots: int) -> int:
+        """Parameters + gradients + optimizer state (``slots`` tensors per trainable parameter) + activations."""
+        return int(self.param_bytes + self.trainable_bytes * (1 + optimizer_slots) + self.activation_bytes * batch_size)
+
+    def memory_breakdown(self, *, batch_size: int, optimizer_slots: int) -> dict[str, int]:
+        return {"params": self.param_bytes, "grads": self.trainable_bytes,
+                "optimizer": self.trainable_bytes * optimizer_slots,
+                "activations": int(self.activation_bytes * batch_size)}
+
+
+def _digest(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        return ("tensor", tuple(t.shape), str(t.dtype), hashlib.blake2b(t.numpy().tobytes(), digest_size=8).hexdigest()
+                if t.dtype != torch.bfloat16 else hashlib.blake2b(t.float().numpy().tobytes(), digest_size=8).hexdigest())
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_digest(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _digest(v)) for k, v in value.items()))
+    return repr(value)
+
+
+def share_key(share: Share, example_shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """What makes two shares cost the same: structure, trainability, meta and input shape."""
+    m = share.module
+    params = tuple((n, tuple(p.shape), bool(p.requires_grad), str(p.dtype)) for n, p in m.named_parameters())
+    buffers = tuple((n, tuple(b.shape)) for n, b in m.named_buffers())
+    meta = tuple(sorted((str(k), _digest(v)) for k, v in share.meta.items()))
+    return (type(m).__module__, type(m).__qualname__, params, buffers, meta, tuple(example_shape))
+
+
+def _tensor_leaves(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for v in out.values() for t in _tensor_leaves(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _tensor_leaves(v)]
+    return []
+
+
+def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
+    """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch)."""
+    batch = int(example.shape[0])
+    work = copy.deepcopy(module)
+    work.train()
+    formulas = _extra_formulas()
+    param_ptrs = {p.untyped_storage().data_ptr() for p in work.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs:
+            saved[ptr] = max(saved.get(ptr, 0), t.untyped_storage().nbytes())
+        return t
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
+            work(example)
+        with FlopCounterMode(display=False, custom_mapping=formulas) as full:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = work(example)
+            leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
+            if leaves:
+                sum(t.float().sum() for t in leaves).backward()
+    params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
+    trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
+    return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,
+                     param_bytes=params, trainable_bytes=trainable, activation_bytes=sum(saved.values()) / batch)
+
+
+class CostModel:
+    """Measures each distinct share shape once and remembers it (``cache``, ``measurements``)."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[Any, ...], ShareCost] = {}
+        self.measurements = 0
+
+    def cost(self, share: Share, example: torch.Tensor) -> ShareCost:
+        given = share.meta.get("flops_per_sample")
+        key = share_key(share, tuple(example.shape[1:]))
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        try:
+            cost = measure(share.module, example)
+        except Exception as exc:
+            if given is None:
+                raise ConfigError(
+                    f"cannot measure the cost of a {type(share.module).__name__} share: its forward on an input of "
+                    f"shape {tuple(example.shape)} raised {type(exc).__name__}: {exc}. Give the cost in the share: "
+                    f"meta={{'flops_per_sample': (forward, forward_plus_backward)}}") from exc
+            cost = ShareCost(forward_flops=0.0, train_flops=0.0, param_bytes=0, trainable_bytes=0, activation_bytes=0.0)
+        if given is not None:  # a method that knows better (e.g. an endpoint-driven local update)
+            fwd, train = given
+            cost = attrs.evolve(cost, forward_flops=float(fwd), train_flops=float(train))
+        self.cache[key] = cost
+        self.measurements += 1
+        return cost
