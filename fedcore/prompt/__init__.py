@@ -14,16 +14,16 @@
 open_clip is imported only when a backbone is built.
 """
 from fedcore.prompt.backbone import TINY, FrozenCLIP, architectures, check_architecture, load_backbone, parameter_counts
-from fedcore.prompt.evaluate import PromptEval, client_classes, macro_f1
-from fedcore.prompt.features import FEATURES, cached_features, encode_all, gather_images, gather_labels
+from fedcore.prompt.evaluate import PromptEval, client_classes, macro_f1, support_indices
+from fedcore.prompt.features import FEATURES, SUPPORT, cached_features, encode_all, gather_images, gather_labels
 from fedcore.prompt.learner import CoOpPromptLearner, PromptedCLIP, prompted_clip
 from fedcore.prompt.share import PromptShare, require_prompted
 from fedcore.prompt.training import train_prompt
 from fedcore.prompt.update import PromptUpdate
 
 __all__ = [
-    "FEATURES", "TINY", "CoOpPromptLearner", "FrozenCLIP", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
+    "FEATURES", "SUPPORT", "TINY", "CoOpPromptLearner", "FrozenCLIP", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
     "architectures", "cached_features", "check_architecture", "client_classes", "encode_all", "gather_images",
     "gather_labels", "load_backbone", "macro_f1", "parameter_counts", "prompted_clip", "require_prompted",
-    "train_prompt",
+    "support_indices", "train_prompt",
 ]

@@ -18,7 +18,7 @@ from torch import nn
 
 import fedcore
 from fedcore.data.arrays import labels_of
-from fedcore.prompt.features import cached_features, gather_labels
+from fedcore.prompt.features import SUPPORT, cached_features, gather_labels
 from fedcore.prompt.learner import PromptedCLIP
 from fedcore.prompt.share import require_prompted
 from fedcore.types import ClientInfo, ClientState
@@ -40,6 +40,12 @@ def client_classes(run: Any, client_id: int) -> list[int]:
     part = run.partition
     idx = (part.pool or part.train)[client_id]
     return sorted(set(labels_of(run.train)[list(idx)].tolist()))
+
+
+def support_indices(run: Any, state: ClientState, client_id: int) -> tuple[int, ...]:
+    """The samples a client's prompt was trained on (after data selection); its partition if it never trained."""
+    chosen = state.stash.get(SUPPORT)
+    return tuple(chosen) if chosen is not None else tuple(run.partition.train[client_id])
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -16,6 +16,8 @@ from fedcore.prompt.backbone import FrozenCLIP
 from fedcore.stash import Stash, StashKey
 
 FEATURES = StashKey[dict]("prompt.image_features")
+SUPPORT = StashKey[tuple]("prompt.support")
+"""The indices a client last trained its prompt on (its few-shot support set, after any data selection)."""
 
 
 def gather_images(dataset: Any, indices: Sequence[int]) -> torch.Tensor:

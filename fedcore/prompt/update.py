@@ -8,7 +8,7 @@ import torch
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore.prompt.features import cached_features, gather_images, gather_labels
+from fedcore.prompt.features import SUPPORT, cached_features, gather_images, gather_labels
 from fedcore.prompt.share import require_prompted
 from fedcore.prompt.training import train_prompt
 from fedcore.settings import setting
@@ -73,6 +73,7 @@ class PromptUpdate:
         loss = train_prompt(model, feats, labels, epochs=self.epochs, lr=self.lr, batch_size=self.batch_size,
                             momentum=self.momentum, weight_decay=self.weight_decay, schedule=self.schedule,
                             warmup_epochs=self.warmup_epochs, generator=gen, mu=self.proximal_mu(), encode=encode)
+        state.stash[SUPPORT] = tuple(int(i) for i in data.indices)
         params = dict(model.named_parameters())
         for name in model.personal_names():
             state.tensors[name] = params[name].detach().clone()
