@@ -1,0 +1,135 @@
+"""CaFPT: contract checks, PVI properties, top-N selection, caching, artefacts, composability with PromptFL/pFedPrompt."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import fedcore
+from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
+from fedcore.data.arrays import ArrayDataset
+from fedcore.errors import ConfigError
+from fedcore.prompt import PromptEval, PromptShare, PromptUpdate, encode_all, load_backbone, prompted_clip
+from fedcore.prompt.captioned import shapes_dataset
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
+from fedcore_cafpt import SCORES, SELECTION, CaFPT, pvi_scores, top_per_class
+
+_BB = []
+
+
+def backbone():
+    if not _BB:
+        _BB.append(load_backbone("fedcore-tiny-clip", seed=0))
+    return _BB[0]
+
+
+def tiny_prompted():
+    return prompted_clip(backbone(), [f"class{i}" for i in range(4)], n_ctx=4)
+
+
+def data(classes=6, n_train=10, n_test=3):
+    tr = shapes_dataset(n_train, stream="cf-train", noise=0.2)
+    te = shapes_dataset(n_test, stream="cf-test", noise=0.2)
+    keep = lambda ds: ds.subset([i for i in range(len(ds)) if int(ds.y[i]) < classes])
+    tr2, te2 = keep(tr), keep(te)
+    tr2.classes = te2.classes = tr.classes[:classes]
+    return tr2, te2
+
+
+@parametrize_with_checks([CaFPT(shots=2, pvi_epochs=1, lr=0.05), CaFPT(shots=1, select="random"),
+                          CaFPT(shots=2, null_mode="label_marginal", granularity="per_client", pvi_epochs=1)],
+                         fixture=ContractFixture(model_factory=tiny_prompted, data_factory=tiny_data))
+def test_contract(component, check):
+    check(component)
+
+
+def pipeline(select=None, shots=2, pool_multiplier=1, evaluate=None):
+    comps = [FewShotPartition(shots=shots, mode="disjoint", pool_multiplier=pool_multiplier), UniformSync(),
+             PromptShare(), PromptUpdate(lr=0.05, epochs=2), FedAvg(weighting="uniform"), evaluate or PromptEval()]
+    return fedcore.Pipeline(comps + ([select] if select is not None else []))
+
+
+def run(pipe, out_dir=None):
+    train, test = data()
+    model = prompted_clip(backbone(), train.classes, n_ctx=4)
+    return pipe.run(model=model, train=train, test=test, num_clients=3, rounds=2, seed=0, out_dir=out_dir)
+
+
+def test_random_selection_equals_promptfl_bit_for_bit():
+    a = run(pipeline()).history.comparable()
+    b = run(pipeline(CaFPT(shots=2, select="random"))).history.comparable()
+    assert a == b
+
+
+def test_pvi_selection_on_a_pool_of_exactly_n_equals_promptfl():
+    a = run(pipeline()).history.comparable()
+    b = run(pipeline(CaFPT(shots=2, pvi_epochs=1, lr=0.05))).history.comparable()
+    assert a == b
+
+
+def test_selection_is_top_n_per_class_cached_and_saved(tmp_path):
+    res = run(pipeline(CaFPT(shots=2, pvi_epochs=2, lr=0.05), pool_multiplier=3), out_dir=tmp_path)
+    train, _ = data()
+    for cid, state in res.run.client_states.items():
+        sel = state.stash[SELECTION]
+        labels = train.y[list(sel)].numpy()
+        assert all(n == 2 for n in np.bincount(labels) if n), "exactly N per class"
+        assert set(sel) <= set(res.run.partition.pool[cid])
+        saved = json.loads((tmp_path / "cafpt" / f"scores_client{cid}.json").read_text())
+        pvi = np.asarray(saved["pvi"])
+        assert sorted(saved["index"][i] for i in saved["selected"]) == list(sel)
+        for c in np.unique(labels):
+            pos = [i for i, y in enumerate(saved["label"]) if y == c]
+            chosen = [i for i in pos if i in saved["selected"]]
+            assert min(pvi[chosen]) >= max(np.delete(pvi, chosen)[np.isin(np.delete(np.arange(len(pvi)), chosen), pos)],
+                                           default=-np.inf)
+    assert res.ledger.total(direction="up") == 2 * 3 * 4 * 64 * 4, "scores never cross the network"
+
+
+def test_label_marginal_pvi_on_a_balanced_pool():
+    train, _ = data(classes=3, n_train=4)
+    model = prompted_clip(backbone(), train.classes, n_ctx=4)
+    feats = encode_all(backbone(), train, range(len(train)))
+    out = pvi_scores(model, feats, train.y, epochs=1, lr=0.05, batch_size=8, generator=torch.Generator().manual_seed(0),
+                     null_mode="label_marginal")
+    assert torch.allclose(out["pvi"], out["log2_p_x"] + math.log2(3), atol=1e-6)
+
+
+def test_a_mislabelled_duplicate_scores_below_its_clean_twin():
+    # Features clustered around each class's text feature (what a pre-trained CLIP gives); a random
+    # tiny CLIP's image features carry no class information, so the clusters are made explicitly.
+    names = ["red circle", "blue square", "green cross", "cyan ring"]
+    model = prompted_clip(backbone(), names, n_ctx=4)
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(4).repeat_interleave(6)
+    with torch.no_grad():
+        centres = model.text_features()
+    feats = torch.nn.functional.normalize(centres[y] + 0.05 * torch.randn(len(y), centres.shape[1], generator=g), dim=-1)
+    feats = torch.cat([feats, feats[:1]])
+    labels = torch.cat([y, torch.tensor([1])])  # the duplicate of sample 0 (class 0) labelled class 1
+    for mode in ("null_image", "label_marginal"):
+        out = pvi_scores(model, feats, labels, epochs=10, lr=0.05, batch_size=32,
+                         generator=torch.Generator().manual_seed(0), null_mode=mode)
+        assert float(out["pvi"][0]) > float(out["pvi"][-1]) + 0.5, mode
+
+
+def test_top_per_class_ties_by_position():
+    assert top_per_class(np.array([1.0, 1.0, 0.5, 2.0]), np.array([0, 0, 0, 1]), 1) == [0, 3]
+
+
+def test_too_many_shots_for_the_pool_is_a_clear_error():
+    with pytest.raises(ConfigError, match="pool has only"):
+        run(pipeline(CaFPT(shots=3, select="random"), shots=2))
+
+
+def test_composes_with_pfedprompt():
+    from fedcore_pfedprompt import MEMORY, PFedPromptEval
+
+    res = run(pipeline(CaFPT(shots=1, pvi_epochs=1, lr=0.05), shots=1, pool_multiplier=3,
+                       evaluate=PFedPromptEval(alpha=1.0)))
+    for state in res.run.client_states.values():
+        (m_k, _), = state.stash[MEMORY].values()
+        assert m_k.shape[0] == len(state.stash[SELECTION]) == 2  # memory built from the selected shots
