@@ -22,6 +22,13 @@ class StashKey(Generic[T]):
     def __repr__(self) -> str:
         return f"StashKey({self.name!r})"
 
+    # Keys compare by name, so a checkpoint restores a value under the key its plugin created.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StashKey) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("StashKey", self.name))
+
 
 class Stash:
     """A dict keyed by :class:`StashKey` objects. Values are whatever the owning plugin stores."""

@@ -1,0 +1,218 @@
+"""The ``fedcore`` command.
+
+    fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
+    fedcore describe CONFIG.toml [--set key=value ...] [--json]
+    fedcore plugins [-v]
+    fedcore report RUN_DIR [RUN_DIR ...] [--out DIR] [--metric KEY]
+
+Mistakes in what the user typed (config, names, settings, paths) print one line,
+``fedcore: error: ...``, and exit with status 2 before any work starts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+class UsageError(Exception):
+    """Raised instead of argparse's exit so that ``main`` returns a status (handy for tests)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, our prefix, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    import fedcore
+
+    top = _Parser(prog="fedcore", description="Run federated / split / collaborative training experiments.")
+    top.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
+    sub = top.add_subparsers(dest="command", metavar="{run,describe,plugins,report}")
+
+    run = sub.add_parser("run", help="run a pipeline described in a TOML config", description=(
+        "Run a pipeline described in TOML. Progress is live on a terminal and one line per round otherwise; "
+        "everything lands in a run directory (config, manifest, metrics.jsonl, checkpoints, model)."))
+    run.add_argument("config", nargs="?", help="CONFIG.toml (optional with --resume: the run directory's own config)")
+    run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value; dotted keys, TOML values: --set pipeline.local_update.lr=0.1")
+    run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<name>, numbered if taken)")
+    run.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last good checkpoint")
+    run.add_argument("--overwrite", action="store_true", help="replace the run that --out already holds")
+    run.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto",
+                     help="live display (rich), one line per round (plain), or nothing; auto picks by terminal")
+    run.add_argument("--report", action="store_true", help="write the report (table and plots) when the run ends")
+
+    desc = sub.add_parser("describe", help="print the resolved config and pipeline without running it")
+    desc.add_argument("config", help="CONFIG.toml")
+    desc.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    desc.add_argument("--json", action="store_true", help="print the resolved config and manifest as JSON")
+
+    plugins = sub.add_parser("plugins", help="list installed plugins, their components and slots, and failures")
+    plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of failed plugins")
+
+    report = sub.add_parser("report", help="summary table and plots of one or several run directories")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("--out", metavar="DIR", help="where plots go (default: RUN_DIR/report, or reports/A-vs-B)")
+    report.add_argument("--metric", help="the accuracy key to plot (default: test_accuracy or the first *accuracy)")
+    return top
+
+
+# -- commands ----------------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedcore.errors import ConfigError
+    from fedcore.experiment.progress import accuracy_key
+    from fedcore.experiment.runner import prepare, run_experiment
+
+    if args.resume and args.out:
+        raise ConfigError("--resume continues the run in its own directory; drop --out")
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other")
+    materials = prepare(args.config, args.sets, resume=args.resume)
+    outcome = run_experiment(materials, out=args.out, resume=args.resume, overwrite=args.overwrite,
+                             progress=args.progress)
+    rows = outcome.rows
+    if outcome.state == "already-finished":
+        print(f"{outcome.run_dir}: the run already finished ({len(rows)} rounds); nothing to resume")
+    else:
+        key = accuracy_key(rows[-1]) if rows else None
+        final = f", final {key} {rows[-1][key]:.4f}" if key else ""
+        print(f"finished {len(rows)} rounds{final}")
+    print(f"run directory: {outcome.run_dir}")
+    if args.report:
+        _report([outcome.run_dir], None, None)
+    else:
+        print(f"report: fedcore report {outcome.run_dir}")
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    from fedcore.experiment.build import plan
+    from fedcore.experiment.config import load_config
+
+    p = plan(load_config(args.config, args.sets))
+    manifest = p.pipeline.describe()
+    if args.json:
+        print(json.dumps({"config": p.resolved, "fingerprint": p.fingerprint, "pipeline": manifest}, indent=2,
+                         default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    console.print(f"[bold]{p.name}[/bold]  (fingerprint {p.fingerprint})")
+    print(tomli_w.dumps(p.resolved))
+    table = Table(title="pipeline")
+    for col in ("slot / role", "component", "from", "settings"):
+        table.add_column(col)
+    for row in manifest["components"]:
+        role = ", ".join(row["provides"]) or ""
+        if row["wraps"]:
+            role += (" " if role else "") + "wraps " + ", ".join(row["wraps"])
+        if row["observes"]:
+            role += (" " if role else "") + "observes " + ", ".join(h.removeprefix("fedcore_") for h in row["observes"])
+        origin = f"{row['distribution']} {row['version']}" if row["distribution"] else "-"
+        if row["default"]:
+            origin += " (default)"
+        settings = ", ".join(f"{k}={v!r}" for k, v in row["settings"].items())
+        table.add_row(role, row["name"] or row["class"], origin, settings)
+    console.print(table)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    import fedcore
+    from fedcore.registry import slots_of
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    registry = fedcore.plugins.registry()
+    table = Table(title="installed fedcore plugins")
+    for col in ("plugin", "distribution", "version", "components (slots)", "status"):
+        table.add_column(col)
+    failed = []
+    for info in fedcore.list_plugins():
+        parts = []
+        for name in info.components:
+            kind, _, short = name.partition(":") if ":" in name else ("component", "", name)
+            if kind == "component":
+                entry = registry.get(short, "component")
+                provides, wraps, observes = slots_of(entry.obj)
+                roles = provides + [f"wraps {w}" for w in wraps] + ([f"observes {len(observes)}"] if observes else [])
+                parts.append(f"{short} ({', '.join(roles) or '-'})")
+            else:
+                parts.append(f"{kind} {short}")
+        status = "[green]ok" if info.ok else "[red]failed"
+        table.add_row(info.name, info.distribution or "-", info.version or "-", "\n".join(parts) or "-", status)
+        if not info.ok:
+            failed.append(info)
+    console.print(table)
+    for info in failed:
+        reason = info.error if args.verbose else (info.error or "").strip().splitlines()[-1]
+        console.print(f"[red]plugin {info.name} ({info.distribution} {info.version}, {info.module}) failed to "
+                      f"import:[/red] {reason}")
+    return 0
+
+
+def _report(paths: Sequence[str | Path], out: str | None, metric: str | None) -> None:
+    from fedcore.experiment.report import load_runs, print_table, write_report
+
+    runs = load_runs(paths)
+    where, files, summaries, metric = write_report(runs, out, metric)
+    print_table(summaries, metric)
+    print(f"report written to {where}/: " + ", ".join(f.name for f in files))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    _report(args.runs, args.out, args.metric)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "describe": cmd_describe, "plugins": cmd_plugins, "report": cmd_report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from fedcore.errors import ConfigError, FedcoreError
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"fedcore: error: {exc}".replace("fedcore: error: fedcore: ", "fedcore: error: ", 1), file=sys.stderr)
+        return EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"fedcore: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except FedcoreError as exc:
+        print(f"fedcore: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("fedcore: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+if __name__ == "__main__":  # python -m fedcore.cli
+    sys.exit(main())

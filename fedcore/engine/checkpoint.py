@@ -1,0 +1,438 @@
+"""Checkpoints of a running engine, and resuming from them.
+
+A checkpoint is taken at a round boundary (after an aggregation) and is a directory::
+
+    round-000012/
+      tensors.safetensors   every tensor of the state (global model, client tensors, stash tensors, ...)
+      state.json            everything else; tensors appear as {"__tensor__": key} references
+      state.json.sha256     checksum of state.json, which records the checksum of tensors.safetensors
+
+It is built in a temporary directory and moved into place with ``os.replace``, so a kill leaves
+either the previous checkpoints or the new one, never half of one. Nothing is unpickled on load:
+tensors come from safetensors, the rest from JSON. A checkpoint whose checksums do not match is
+reported and skipped; resume falls back to the newest good one.
+
+What is captured: the global model and its version, the server's client views and stash, every
+client's tensors, stash and participation count, the run stash and settings, the network ledger,
+the history, the engine's runtime state (:meth:`Engine.runtime_state`: virtual time, busy time,
+updates still in flight under asynchronous schedules, and the scheduler policy's and the clock's
+``state_dict()`` when they have one: a policy that keeps state across rounds must have one), and the
+torch/numpy/python global random states. All per-round random
+streams derive from ``(seed, round, client, purpose)``, so a run resumed at a round boundary
+continues exactly as the uninterrupted run would have.
+
+Stash values must be JSON values, tensors, numpy arrays, or objects with ``state_dict()`` and
+``load_state_dict()`` (a server-side ``nn.Module`` or optimizer); for the latter, the resumed run
+must create the object again (in ``fedcore_run_start``) so its state can be loaded into it.
+Observers that change the global model's structure in ``fedcore_round_start`` must decide from
+the round number (``>=``), not from "the round I switched", so a resumed run rebuilds the same
+structure; the model's entries are then loaded right after the first resumed ``round_start``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+import random
+import re
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+import torch
+
+from fedcore.engine.network import Transfer
+from fedcore.errors import FedcoreError
+from fedcore.stash import Stash, StashKey
+from fedcore.types import ClientUpdate
+
+if TYPE_CHECKING:
+    from fedcore.engine.loop import Engine
+
+log = logging.getLogger("fedcore")
+
+FORMAT = 1
+TENSORS, STATE, DIGEST = "tensors.safetensors", "state.json", "state.json.sha256"
+_NAME = re.compile(r"^round-(\d{6,})$")
+
+
+class CheckpointError(FedcoreError):
+    """A checkpoint cannot be written (an unsupported value) or read (corrupt, truncated, another run)."""
+
+
+# -- encoding: nested values <-> JSON + a flat dict of tensors -------------------------------------------
+
+
+@attrs.frozen
+class StateDictValue:
+    """A decoded ``state_dict()`` of an object that must be loaded into a live object of the resumed run."""
+
+    state: Any
+    type: str
+
+
+def encode(value: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """``value`` as JSON, with each tensor moved into ``tensors`` under a key derived from ``path``."""
+    if isinstance(value, torch.Tensor):
+        key = path
+        n = 1
+        while key in tensors:
+            key, n = f"{path}#{n}", n + 1
+        tensors[key] = value.detach().to("cpu").contiguous().clone()
+        return {"__tensor__": key}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype), "shape": list(value.shape)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: encode(v, f"{path}/{k}", tensors) for k, v in value.items()}
+        return {"__items__": [[encode(k, f"{path}/key{i}", tensors), encode(v, f"{path}/{k}", tensors)]
+                              for i, (k, v) in enumerate(value.items())]}
+    if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        return {"__state_dict__": encode(value.state_dict(), path, tensors),
+                "type": f"{type(value).__module__}.{type(value).__qualname__}"}
+    raise CheckpointError(
+        f"cannot checkpoint {path}: a {type(value).__module__}.{type(value).__qualname__}; checkpointed values must be "
+        f"JSON values (numbers, strings, lists, dicts), tensors, numpy arrays, or objects with state_dict() and "
+        f"load_state_dict()")
+
+
+def decode(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
+    """The inverse of :func:`encode`; ``state_dict`` objects come back as :class:`StateDictValue`."""
+    if isinstance(value, list):
+        return [decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        key = value["__tensor__"]
+        if key not in tensors:
+            raise CheckpointError(f"the checkpoint's state names tensor {key!r}, which its tensor file lacks")
+        return tensors[key]
+    if "__ndarray__" in value:
+        return np.asarray(value["__ndarray__"], dtype=value["dtype"]).reshape(value["shape"])
+    if "__tuple__" in value:
+        return tuple(decode(v, tensors) for v in value["__tuple__"])
+    if "__items__" in value:
+        return {_hashable(decode(k, tensors)): decode(v, tensors) for k, v in value["__items__"]}
+    if "__state_dict__" in value:
+        return StateDictValue(decode(value["__state_dict__"], tensors), value["type"])
+    return {k: decode(v, tensors) for k, v in value.items()}
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
+
+
+def encode_stash(stash: Stash, path: str, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in stash.items():
+        if key.name in out:
+            raise CheckpointError(f"two stash keys in {path} are named {key.name!r}; stash key names must be unique")
+        out[key.name] = encode(value, f"{path}/{key.name}", tensors)
+    return out
+
+
+def restore_stash(stash: Stash, saved: Mapping[str, Any], where: str) -> None:
+    """Put saved values back under keys of the same name (``StashKey`` compares by name)."""
+    for name, value in saved.items():
+        key: StashKey[Any] = StashKey(name)
+        if isinstance(value, StateDictValue):
+            live = stash.get(key)
+            if live is None or not callable(getattr(live, "load_state_dict", None)):
+                raise CheckpointError(
+                    f"{where} stash key {name!r} held a {value.type} when the checkpoint was taken; the resumed run "
+                    f"has {'nothing' if live is None else type(live).__name__} there. Create the object again in "
+                    f"fedcore_run_start so its saved state can be loaded into it, or stash its state_dict() instead")
+            live.load_state_dict(value.state)
+        else:
+            stash[key] = value
+
+
+def _partition_digest(engine: Engine) -> str:
+    part = engine.run_ctx.partition
+    text = json.dumps([list(part.train), None if part.test is None else list(part.test)]) if part else "null"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- engine state ------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class ResumePoint:
+    """Where the loop continues: the round boundary and the wall time the run had used so far."""
+
+    round: int
+    wall_s: float
+
+
+def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The engine's state at a round boundary as ``(json_state, tensors)``."""
+    run = engine.run_ctx
+    server = run.server
+    tensors: dict[str, torch.Tensor] = {}
+    clients = []
+    for cid, cs in sorted(run.client_states.items()):
+        clients.append({"id": cid, "rounds_participated": cs.rounds_participated,
+                        "tensors": encode(dict(cs.tensors), f"client{cid}/tensors", tensors),
+                        "stash": encode_stash(cs.stash, f"client{cid}/stash", tensors)})
+    runtime = dict(engine.runtime_state())
+    for item in runtime.get("in_flight", []):  # ClientUpdate records -> plain dicts (tensors go to the file)
+        update = item.get("update")
+        if isinstance(update, ClientUpdate):
+            item["update"] = {"client_id": update.client_id, "tensors": dict(update.tensors),
+                              "base": dict(update.base), "num_examples": update.num_examples,
+                              "metrics": dict(update.metrics), "version": update.version,
+                              "staleness": update.staleness}
+    state = {
+        "format": FORMAT,
+        "round": server.version,
+        "seed": run.seed, "num_clients": run.num_clients, "rounds": run.rounds,
+        "partition": _partition_digest(engine),
+        "wall_s": wall_s,
+        "server": {"version": server.version,
+                   "model": encode(server.model.state_dict(), "server/model", tensors),
+                   "client_views": encode(dict(server.client_views), "server/client_views", tensors),
+                   "stash": encode_stash(server.stash, "server/stash", tensors)},
+        "clients": clients,
+        "run": {"stash": encode_stash(run.stash, "run/stash", tensors),
+                "settings": encode(dict(run.settings), "run/settings", tensors)},
+        "ledger": run.ledger.to_rows(),
+        "history": list(engine.history.rows),
+        "runtime": encode(runtime, "runtime", tensors),
+        "rng": {"torch": encode(torch.get_rng_state(), "rng/torch", tensors),
+                "numpy": encode(np.random.get_state(), "rng/numpy", tensors),
+                "python": encode(random.getstate(), "rng/python", tensors)},
+    }
+    return state, tensors
+
+
+def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> tuple[ResumePoint, dict | None]:
+    """Put a snapshot back into a set-up engine. Returns the resume point and, when the global model's
+    entries do not match yet (a round-start observer changes the model), the model state to load later."""
+    run = engine.run_ctx
+    for key in ("seed", "num_clients", "rounds"):
+        if state[key] != getattr(run, key):
+            raise CheckpointError(f"the checkpoint is of a run with {key}={state[key]}; this run has "
+                                  f"{key}={getattr(run, key)}")
+    if state["partition"] != _partition_digest(engine):
+        raise CheckpointError("the checkpoint's client partition differs from this run's (another dataset, "
+                              "partitioner or seed?)")
+    server = run.server
+    server.version = int(state["server"]["version"])
+    model_state = decode(state["server"]["model"], tensors)
+    pending = None if load_model_state(server.model, model_state, strict=False) else model_state
+    server.client_views.clear()
+    server.client_views.update({int(k): v for k, v in decode(state["server"]["client_views"], tensors).items()})
+    restore_stash(server.stash, decode(state["server"]["stash"], tensors), "server")
+    for saved in state["clients"]:
+        cs = run.client_states[int(saved["id"])]
+        cs.tensors = dict(decode(saved["tensors"], tensors))
+        cs.rounds_participated = int(saved["rounds_participated"])
+        restore_stash(cs.stash, decode(saved["stash"], tensors), f"client {saved['id']}")
+    restore_stash(run.stash, decode(state["run"]["stash"], tensors), "run")
+    run.settings.update(decode(state["run"]["settings"], tensors))
+    run.ledger.rows = [Transfer(**r) for r in state["ledger"]]
+    engine.history.rows = [dict(r) for r in state["history"]]
+    runtime = decode(state["runtime"], tensors)
+    for item in runtime.get("in_flight", []):
+        if isinstance(item.get("update"), dict):
+            item["update"] = ClientUpdate(**item["update"])
+        if isinstance(item.get("upload"), list):
+            item["upload"] = tuple(item["upload"])
+    engine.load_runtime_state(runtime)
+    torch.set_rng_state(decode(state["rng"]["torch"], tensors))
+    np.random.set_state(decode(state["rng"]["numpy"], tensors))
+    py = decode(state["rng"]["python"], tensors)
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    return ResumePoint(round=int(state["round"]), wall_s=float(state["wall_s"])), pending
+
+
+def load_model_state(model: torch.nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool) -> bool:
+    """Load a saved global model; ``False`` (or, with ``strict``, an error naming the entries) on a key mismatch."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        if strict:
+            raise CheckpointError(f"the global model does not match the checkpoint: missing {missing[:6]}, "
+                                  f"unexpected {unexpected[:6]} (does a round-start observer change the model "
+                                  f"depending on the round it switched in, rather than on the round number?)")
+        return False
+    model.load_state_dict(dict(state), strict=True)
+    return True
+
+
+# -- files -------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_checkpoint(root: str | Path, state: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Path:
+    """Write ``root/round-NNNNNN`` atomically (temporary directory, fsync, ``os.replace``)."""
+    from safetensors.torch import save_file
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"round-{int(state['round']):06d}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_file(tensors, str(tmp / TENSORS), metadata={"format": str(FORMAT)})
+    with open(tmp / TENSORS, "rb") as f:
+        os.fsync(f.fileno())
+    state = dict(state, files={TENSORS: {"sha256": _sha256(tmp / TENSORS), "bytes": (tmp / TENSORS).stat().st_size}})
+    body = json.dumps(state, sort_keys=True).encode()
+    _fsync_write(tmp / STATE, body)
+    _fsync_write(tmp / DIGEST, (hashlib.sha256(body).hexdigest() + "\n").encode())
+    if final.exists():  # a round done again after falling back past a bad checkpoint
+        old = root / f".old-{final.name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    dir_fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Verify checksums and load; any problem raises :class:`CheckpointError` saying what is wrong."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    for name in (STATE, DIGEST, TENSORS):
+        if not (path / name).is_file():
+            raise CheckpointError(f"{path.name}: {name} is missing")
+    body = (path / STATE).read_bytes()
+    expected = (path / DIGEST).read_text().strip()
+    if hashlib.sha256(body).hexdigest() != expected:
+        raise CheckpointError(f"{path.name}: {STATE} does not match its checksum (corrupt or truncated)")
+    state = json.loads(body)
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{path.name}: checkpoint format {state.get('format')!r}; this fedcore reads {FORMAT}")
+    info = state["files"][TENSORS]
+    size = (path / TENSORS).stat().st_size
+    if size != info["bytes"] or _sha256(path / TENSORS) != info["sha256"]:
+        raise CheckpointError(f"{path.name}: {TENSORS} does not match its checksum ({size} bytes, expected "
+                              f"{info['bytes']}; corrupt or truncated)")
+    return state, load_file(str(path / TENSORS))
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Checkpoint directories under ``root``, oldest first (temporary leftovers are ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_good(root: str | Path) -> tuple[Path | None, dict | None, dict | None, list[str]]:
+    """The newest checkpoint that verifies: ``(path, state, tensors, problems_with_newer_ones)``."""
+    problems: list[str] = []
+    for path in reversed(list_checkpoints(root)):
+        try:
+            state, tensors = read_checkpoint(path)
+        except (CheckpointError, OSError, ValueError, KeyError) as exc:
+            problems.append(str(exc) if isinstance(exc, CheckpointError) else f"{path.name}: unreadable ({exc})")
+            continue
+        return path, state, tensors, problems
+    return None, None, None, problems
+
+
+# -- the engine's checkpointer -----------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """Saves the engine every ``every`` rounds (and after the last) under ``root``; resumes from the newest good one.
+
+    The engine calls :meth:`restore` once after set-up, :meth:`round_started` after each round's
+    ``round_start`` observers and :meth:`after_round` after each aggregation. ``report`` receives
+    one line per notable event (a corrupt checkpoint skipped, a resume).
+    """
+
+    def __init__(self, root: str | Path, *, every: int = 1, keep: int = 2, resume: bool = False,
+                 report: Callable[[str], None] | None = None) -> None:
+        if every < 0:
+            raise ValueError(f"checkpoint every={every}; must be >= 0 (0 = never)")
+        if keep < 1:
+            raise ValueError(f"checkpoint keep={keep}; must be >= 1")
+        self.root = Path(root)
+        self.every, self.keep, self.resume = every, keep, resume
+        self.report = report or (lambda line: log.warning("%s", line))
+        self._loaded: tuple[Path | None, dict | None, dict | None] | None = None
+        self._pending_model: dict | None = None
+        for leftover in self.root.glob(".tmp-round-*") if self.root.is_dir() else ():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def load(self) -> tuple[Path | None, dict | None]:
+        """Find (once) the checkpoint a resume starts from; reports every corrupt one it skips."""
+        if self._loaded is None:
+            path, state, tensors, problems = latest_good(self.root)
+            for p in problems:
+                self.report(f"checkpoint skipped: {p}")
+            if problems and path is not None:
+                self.report(f"falling back to {path.name}")
+            if self.resume:  # set bad newer checkpoints aside (kept for inspection, never loaded again)
+                good_round = -1 if path is None else int(_NAME.match(path.name).group(1))
+                for p in list_checkpoints(self.root):
+                    if int(_NAME.match(p.name).group(1)) > good_round:
+                        os.replace(p, p.with_name(f"corrupt-{p.name}-{os.getpid()}"))
+            self._loaded = (path, state, tensors)
+        return self._loaded[0], self._loaded[1]
+
+    def restore(self, engine: Engine) -> ResumePoint | None:
+        if not self.resume:
+            return None
+        path, state = self.load()
+        if path is None:
+            self.report("no usable checkpoint; starting from round 0")
+            return None
+        assert state is not None and self._loaded is not None
+        point, self._pending_model = restore(engine, state, self._loaded[2])
+        self._loaded = (path, state, None)  # the tensors now live in the engine
+        return point
+
+    def round_started(self, engine: Engine) -> None:
+        if self._pending_model is not None:
+            load_model_state(engine.run_ctx.server.model, self._pending_model, strict=True)
+            self._pending_model = None
+
+    def after_round(self, engine: Engine, *, wall_s: float) -> Path | None:
+        run = engine.run_ctx
+        done = run.server.version
+        if self.every == 0 or (done % self.every and done != run.rounds):
+            return None
+        state, tensors = snapshot(engine, wall_s=wall_s)
+        path = write_checkpoint(self.root, state, tensors)
+        for old in list_checkpoints(self.root)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path

@@ -1,0 +1,277 @@
+"""From a validated config to the things a run needs, in two steps.
+
+:func:`plan` only checks and resolves names (pipeline components, dataset and model factories, the
+executor): no data is read and no model is built, so every mistake in a config is reported before
+any work. :func:`materialize` then loads the dataset, builds the model (seeded) and the executor.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+import copy
+import hashlib
+import importlib
+import inspect
+import json
+import random
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+import fedcore
+from fedcore.errors import ConfigError, FedcoreError
+from fedcore.experiment.config import EXTENSIONS, _show, _type_name
+from fedcore.hookspecs import SLOT_HOOKS
+from fedcore.pipeline import Pipeline
+from fedcore.registry import Entry
+from fedcore.settings import settings_of
+
+EXECUTORS: dict[str, str] = {
+    "inline": "fedcore.engine.executor:InlineExecutor",
+    "ray": "fedcore.engine.ray_executor:RayExecutor",
+}
+"""Executor names -> ``module:Class``; another subsystem adds its own (``EXECUTORS["ray"] = ...``)."""
+
+RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "dataset", "model", "pipeline")
+"""Top-level keys that change what a run computes (with every extension table); the fingerprint covers them."""
+
+
+def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    if isinstance(spec, str):
+        return spec, {}
+    return spec["name"], {k: v for k, v in spec.items() if k != "name"}
+
+
+def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
+    """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
+    target = fn.__init__ if isinstance(fn, type) else fn
+    params = list(inspect.signature(target).parameters.values())
+    if isinstance(fn, type):
+        params = params[1:]  # self
+    defaults, required, var_kw = {}, set(), False
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            if p.default is p.empty:
+                required.add(p.name)
+            else:
+                defaults[p.name] = p.default
+    return defaults, required, var_kw
+
+
+def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Settings for a factory with unknown names, missing required ones and wrong types reported; returns
+    the settings with the factory's plain defaults filled in (for the resolved config)."""
+    defaults, required, var_kw = factory_defaults(fn)
+    allowed = sorted(set(defaults) | required)
+    if not var_kw:
+        unknown = [k for k in settings if k not in allowed]
+        if unknown:
+            raise ConfigError(f"{where}: unknown setting {unknown[0]!r}; allowed: {', '.join(allowed) or '(none)'}")
+    missing = sorted(required - set(settings))
+    if missing:
+        raise ConfigError(f"{where}: missing required setting {missing[0]!r}")
+    for k, v in settings.items():
+        d = defaults.get(k)
+        if d is None or v is None:
+            continue
+        if isinstance(d, bool) or isinstance(v, bool):
+            ok = isinstance(v, bool) == isinstance(d, bool)
+        elif isinstance(d, float):
+            ok = isinstance(v, (int, float))
+        elif isinstance(d, (int, str)):
+            ok = isinstance(v, type(d))
+        elif isinstance(d, (tuple, list)):
+            ok = isinstance(v, (tuple, list))
+        else:
+            ok = True
+        if not ok:
+            raise ConfigError(f"{where}.{k} = {_show(v)} has type {_type_name(type(v))}; expected "
+                              f"{_type_name(type(d))} (the default is {d!r})")
+    filled = {k: v for k, v in defaults.items() if isinstance(v, (bool, int, float, str)) and k not in settings}
+    return {**filled, **settings}
+
+
+def lookup(kind: str, name: str) -> Entry:
+    try:
+        return fedcore.plugins.lookup(name, kind=kind)
+    except FedcoreError as exc:
+        raise ConfigError(f"{kind} = {name!r}: {str(exc).splitlines()[0]}") from None
+
+
+def load_object(path: str) -> Any:
+    """``"module:attr"`` -> the object (an executor class, a runtime factory)."""
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load {path}: {exc}") from None
+
+
+def load_executor_class(name: str) -> type:
+    if name not in EXECUTORS:
+        raise ConfigError(f"executor = {name!r} is not known; choose one of: {', '.join(sorted(EXECUTORS))}")
+    return load_object(EXECUTORS[name])
+
+
+def _plain(value: Any) -> Any:
+    """A value TOML can hold: tuples become arrays, ``None`` entries are dropped."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value if v is not None]
+    return value
+
+
+def component_spec(component: Any) -> dict[str, Any]:
+    entry = fedcore.plugins.registry().find(component)
+    name = entry.name if entry else f"{type(component).__module__}.{type(component).__qualname__}"
+    return {"name": name, **_plain(settings_of(component))}
+
+
+def resolve_pipeline(config: Mapping[str, Any], pipeline: Pipeline) -> dict[str, Any]:
+    """Every slot's provider (defaults included) and every plugin, with all their settings."""
+    given = list(pipeline.components)
+    n_plugins = len(config.get("plugins", []))
+    out: dict[str, Any] = {}
+    slot_components = iter(given[n_plugins:])
+    for slot in SLOT_HOOKS:
+        if slot in config:
+            out[slot] = component_spec(next(slot_components))
+        else:
+            provider = pipeline.provider(slot)
+            if any(provider is c for c in given[:n_plugins]):
+                continue  # a plugin in `plugins` fills this slot
+            out[slot] = component_spec(provider)
+    if n_plugins:
+        out["plugins"] = [component_spec(c) for c in given[:n_plugins]]
+    return out
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Plan:
+    """A checked config: the pipeline, the factories by name, and the resolved config (defaults filled in)."""
+
+    config: dict[str, Any]
+    pipeline: Pipeline
+    dataset: Entry
+    dataset_settings: dict[str, Any]
+    model: Entry
+    model_settings: dict[str, Any]
+    executor_class: type
+    executor_settings: dict[str, Any]
+    resolved: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.resolved["name"]
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.resolved)
+
+
+def fingerprint(resolved: Mapping[str, Any]) -> str:
+    """A hash of what determines the results (not the name, executor, checkpoint or output options)."""
+    keys = list(RESULT_KEYS) + sorted(EXTENSIONS)
+    core = {k: resolved.get(k) for k in keys if k in resolved}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan(config: Mapping[str, Any]) -> Plan:
+    """Check every name and setting in a validated config without loading data or building a model."""
+    config = copy.deepcopy(dict(config))
+    try:
+        pipeline = Pipeline.from_config(config["pipeline"])
+    except FedcoreError as exc:
+        raise ConfigError(f"pipeline: {str(exc).splitlines()[0]}") from None
+    ds_name, ds_settings = split_spec(config["dataset"])
+    ds_entry = lookup("dataset", ds_name)
+    ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
+    m_name, m_settings = split_spec(config["model"])
+    m_entry = lookup("model", m_name)
+    m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
+    ex_name, ex_settings = split_spec(config["executor"])
+    ex_class = load_executor_class(ex_name)
+    ex_settings = check_settings(ex_class, ex_settings, f"executor {ex_name}")
+    if config["output"]["tensorboard"]:
+        try:
+            importlib.import_module("torch.utils.tensorboard")
+        except ImportError as exc:
+            raise ConfigError(f"output.tensorboard = true needs the tensorboard package ({exc}); "
+                              f"pip install tensorboard") from None
+    resolved = dict(config)
+    resolved["dataset"] = {"name": ds_name, **_plain(ds_settings)}
+    resolved["model"] = {"name": m_name, **_plain(m_settings)}
+    resolved["executor"] = {"name": ex_name, **_plain(ex_settings)}
+    resolved["pipeline"] = resolve_pipeline(config["pipeline"], pipeline)
+    return Plan(config=config, pipeline=pipeline, dataset=ds_entry, dataset_settings=ds_settings, model=m_entry,
+                model_settings=m_settings, executor_class=ex_class, executor_settings=ex_settings, resolved=resolved)
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Materials:
+    """What :meth:`fedcore.Pipeline.run` is called with."""
+
+    plan: Plan
+    train: Any
+    test: Any
+    model: torch.nn.Module
+    executor: Any
+    run_kwargs: dict[str, Any]
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        return self.plan.resolved
+
+
+def seed_everything(seed: int) -> None:
+    """Seed the global generators too, so code that (wrongly) draws from them is still reproducible."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def materialize(p: Plan) -> Materials:
+    """Load the dataset, build the model and the executor. Errors (a missing file, a bad value) are one line."""
+    cfg = p.config
+    try:
+        loaded = p.dataset.obj(**p.dataset_settings)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
+    except (TypeError, ValueError, OSError, FedcoreError) as exc:
+        raise ConfigError(f"dataset {p.dataset.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
+    model_settings = dict(p.model_settings)
+    given = split_spec(cfg["model"])[1]
+    if "num_classes" in factory_defaults(p.model.obj)[0] and "num_classes" not in given:
+        classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
+        if classes:
+            model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
+    if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
+        torch.set_num_threads(cfg["threads"])
+    seed_everything(cfg["seed"])
+    try:
+        model = p.model.obj(**model_settings)
+    except (TypeError, ValueError, FedcoreError) as exc:
+        raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
+    p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}
+    try:
+        executor = p.executor_class(**p.executor_settings)
+    except (TypeError, ValueError, FedcoreError) as exc:
+        raise ConfigError(f"executor {p.resolved['executor']['name']}: {str(exc).splitlines()[0]}") from None
+    run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
+                                      eval_every=cfg["eval_every"])
+    context = {"seed": cfg["seed"], "num_clients": cfg["num_clients"], "train": train, "test": test}
+    for name, ext in EXTENSIONS.items():
+        if name in cfg and ext.build is not None:
+            try:
+                run_kwargs.update(ext.build(cfg[name], context))
+            except (TypeError, ValueError, FedcoreError) as exc:
+                raise ConfigError(f"{name}: {str(exc).splitlines()[0]}") from None
+    if len(train) < cfg["num_clients"]:
+        raise ConfigError(f"num_clients = {cfg['num_clients']} is more than the {len(train)} training samples of "
+                          f"dataset {p.dataset.name}")
+    return Materials(plan=p, train=train, test=test, model=model, executor=executor, run_kwargs=run_kwargs)

@@ -1,0 +1,128 @@
+"""PNG plots of one or several runs: accuracy against rounds, bytes and (virtual) time; client participation.
+
+Each plot is one file with every run as one line, so runs compare at a glance. matplotlib runs
+headless (Agg); nothing here reads files, it takes :class:`~fedcore.experiment.report.RunRecord` s.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedcore.experiment.report import RunRecord
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series(rows: Sequence[dict[str, Any]], x_of, metric: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        x, y = x_of(r), r.get(metric)
+        if x is None or not isinstance(y, (int, float)):
+            continue
+        xs.append(float(x))
+        ys.append(float(y))
+    return xs, ys
+
+
+def _line_plot(runs: Sequence[RunRecord], metric: str, x_of, xlabel: str, title: str, path: Path,
+               *, log_x: bool = False) -> Path | None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.4), dpi=120)
+    drawn = 0
+    for run in runs:
+        xs, ys = _series(run.rows, x_of, metric)
+        if not xs:
+            continue
+        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3.5, linewidth=1.8, label=run.label)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_title(title)
+    if log_x:
+        ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8, frameon=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def accuracy_vs_round(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
+    return _line_plot(runs, metric, lambda r: r.get("round", -1) + 1, "round (aggregations done)",
+                      f"{metric} vs round", out / "accuracy_vs_round.png")
+
+
+def accuracy_vs_bytes(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
+    def mb(r: dict[str, Any]) -> float | None:
+        if "bytes_up_total" not in r:
+            return None
+        return (r["bytes_up_total"] + r.get("bytes_down_total", 0)) / 1e6
+
+    return _line_plot(runs, metric, mb, "MB communicated (up + down, cumulative)",
+                      f"{metric} vs communication", out / "accuracy_vs_bytes.png")
+
+
+def accuracy_vs_time(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
+    """Virtual time when every run has it (simulated devices), wall-clock time otherwise."""
+    virtual = all(any("virtual_time" in r for r in run.rows) for run in runs)
+    key, label = ("virtual_time", "virtual time (s, simulated devices)") if virtual else ("wall_s", "wall-clock time (s)")
+    return _line_plot(runs, metric, lambda r: r.get(key), label, f"{metric} vs {'virtual' if virtual else 'wall'} time",
+                      out / "accuracy_vs_time.png")
+
+
+def participation(runs: Sequence[RunRecord], out: Path) -> Path | None:
+    """Per run: which clients were aggregated in which round (left) and how often each was (right)."""
+    import numpy as np
+
+    plt = _pyplot()
+    runs = [r for r in runs if any("clients" in row for row in r.rows)]
+    if not runs:
+        return None
+    fig, axes = plt.subplots(len(runs), 2, figsize=(10.0, 1.2 + 2.4 * len(runs)), dpi=120, squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2]})
+    for (left, right), run in zip(axes, runs):
+        n = run.num_clients or 1 + max((c for row in run.rows for c in row.get("clients", [])), default=0)
+        grid = np.zeros((n, len(run.rows)))
+        for j, row in enumerate(run.rows):
+            for c in row.get("clients", []):
+                if c < n:
+                    grid[c, j] = 1.0
+        left.imshow(grid, aspect="auto", interpolation="nearest", cmap="Blues", vmin=0, vmax=1.2, origin="lower",
+                    extent=(0.5, len(run.rows) + 0.5, -0.5, n - 0.5))
+        left.set_xlabel("round")
+        left.set_ylabel("client")
+        left.set_title(f"{run.label}: aggregated updates", fontsize=9)
+        counts = grid.sum(axis=1)
+        right.barh(np.arange(n), counts, color="tab:blue")
+        right.set_xlabel("rounds aggregated")
+        right.set_ylim(-0.5, n - 0.5)
+        right.set_title(f"mean {counts.mean():.1f}, min {counts.min():.0f}, max {counts.max():.0f}", fontsize=9)
+        right.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    path = out / "participation.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def all_plots(runs: Sequence[RunRecord], metric: str | None, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    made: list[Path | None] = []
+    if metric is not None:
+        made += [accuracy_vs_round(runs, metric, out), accuracy_vs_bytes(runs, metric, out),
+                 accuracy_vs_time(runs, metric, out)]
+    made.append(participation(runs, out))
+    return [p for p in made if p is not None]

@@ -1,0 +1,204 @@
+"""The run directory: everything a run leaves on disk, and the rule that a run never overwrites another.
+
+    RUN_DIR/
+      config.toml          the resolved config (every default filled in): `fedcore run RUN_DIR/config.toml` repeats it
+      manifest.json        Pipeline.describe(), seed, fingerprint, versions of Python, torch and every plugin
+      status.json          running | finished | failed, rounds done, fingerprint, pid, times
+      metrics.jsonl        one JSON row per round, appended and flushed as the run goes
+      model.safetensors    the final global model
+      checkpoints/         round-NNNNNN/ (see fedcore.engine.checkpoint)
+      tensorboard/         event log when output.tensorboard = true
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+import platform
+import shutil
+import sys
+from typing import Any
+
+import tomli_w
+
+from fedcore.errors import ConfigError
+
+CONFIG, MANIFEST, STATUS, METRICS, MODEL = "config.toml", "manifest.json", "status.json", "metrics.jsonl", "model.safetensors"
+CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
+MARKERS = (STATUS, CONFIG, METRICS)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, Mapping) for v in value):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}.{i}"))
+        return out
+    return {prefix: value}
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 4) -> str:
+    fa, fb = flatten(a), flatten(b)
+    keys = sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+    shown = [f"{k}: {fa.get(k, '(unset)')!r} -> {fb.get(k, '(unset)')!r}" for k in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return "; ".join(shown) + more
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / m).exists() for m in MARKERS)
+
+
+def versions() -> dict[str, Any]:
+    import fedcore
+
+    out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                           "fedcore": fedcore.__version__}
+    for mod in ("torch", "numpy", "pluggy", "timm"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = getattr(m, "__version__", None)
+    out["plugins"] = {p.name: {"distribution": p.distribution, "version": p.version, "ok": p.ok}
+                      for p in fedcore.list_plugins()}
+    return out
+
+
+class RunDir:
+    """One run's directory. Create with :meth:`create` (a new run) or :meth:`for_resume`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    # -- opening ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | Path, *, resolved: Mapping[str, Any], fingerprint: str, overwrite: bool = False
+               ) -> "RunDir":
+        """A fresh run directory. One that holds a run (or anything else) is an error unless ``overwrite``,
+        and ``overwrite`` only ever replaces a fedcore run directory."""
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--out {path}: exists and is not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            if not is_run_dir(path):
+                raise ConfigError(f"--out {path}: the directory is not empty and is not a fedcore run directory; "
+                                  f"choose another --out")
+            if not overwrite:
+                raise ConfigError(f"--out {path}: {cls(path).describe_against(resolved, fingerprint)}; choose "
+                                  f"another --out, continue it with --resume {path}, or pass --overwrite to replace it")
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)
+        rd = cls(path)
+        rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
+        return rd
+
+    @classmethod
+    def for_resume(cls, path: str | Path, *, fingerprint: str | None = None, resolved: Mapping[str, Any] | None = None
+                   ) -> "RunDir":
+        path = Path(path)
+        if not path.is_dir():
+            raise ConfigError(f"--resume {path}: no such directory")
+        if not is_run_dir(path) or not (path / CONFIG).is_file():
+            raise ConfigError(f"--resume {path}: not a fedcore run directory (no {CONFIG})")
+        rd = cls(path)
+        if fingerprint is not None and rd.status().get("fingerprint") not in (None, fingerprint):
+            diff = config_differences(rd.config(), resolved) if resolved is not None else ""
+            raise ConfigError(f"--resume {path}: the directory holds a different run (config differs: {diff}); "
+                              f"resume with its own config (fedcore run --resume {path})")
+        return rd
+
+    def describe_against(self, resolved: Mapping[str, Any], fingerprint: str) -> str:
+        status = self.status()
+        state = status.get("state", "unknown")
+        done = status.get("rounds_done")
+        what = f"{state}, {done} rounds done" if done is not None else state
+        if status.get("fingerprint") == fingerprint:
+            return f"already holds this run ({what})"
+        try:
+            diff = config_differences(self.config(), resolved)
+        except (OSError, ValueError):
+            diff = "unreadable config"
+        return f"already holds a different run ({what}; config differs: {diff})"
+
+    # -- contents ---------------------------------------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / TENSORBOARD
+
+    def config(self) -> dict[str, Any]:
+        import tomllib
+
+        return tomllib.loads((self.path / CONFIG).read_text())
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / STATUS).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def write_status(self, state: str, **fields: Any) -> None:
+        status = self.status()
+        status.update(fields, state=state, updated=_now(), pid=os.getpid())
+        atomic_write(self.path / STATUS, (json.dumps(status, indent=2, sort_keys=True) + "\n").encode())
+
+    def write_config(self, resolved: Mapping[str, Any]) -> None:
+        header = "# Resolved by fedcore: every default filled in. `fedcore run` on this file repeats the run.\n"
+        atomic_write(self.path / CONFIG, (header + tomli_w.dumps(dict(resolved))).encode())
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        atomic_write(self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+    def rows(self) -> list[dict[str, Any]]:
+        path = self.path / METRICS
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    break  # a line cut by a kill: the rows before it are good
+        return rows
+
+    def append_row(self, row: Mapping[str, Any]) -> None:
+        with open(self.path / METRICS, "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+
+    def rewrite_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        atomic_write(self.path / METRICS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+
+    def save_model(self, model: Any) -> Path:
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+        tmp = self.path / f".{MODEL}.tmp-{os.getpid()}"
+        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "fedcore"})
+        os.replace(tmp, self.path / MODEL)
+        return self.path / MODEL

@@ -1,0 +1,163 @@
+"""Running an experiment from a config into a run directory, or resuming one.
+
+Order matters: the config is checked and every name resolved, the dataset loaded and the model
+built *before* the run directory is touched, so a bad config leaves nothing behind.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import datetime as _dt
+import math
+import os
+import shutil
+from pathlib import Path
+import sys
+from typing import Any
+
+import attrs
+
+from fedcore.engine.checkpoint import Checkpointer
+from fedcore.engine.loop import Engine
+from fedcore.errors import ConfigError
+from fedcore.experiment.build import Materials, materialize, plan
+from fedcore.experiment.config import load_config
+from fedcore.experiment.progress import ProgressObserver, RunProgress, accuracy_key
+from fedcore.experiment.rundir import CONFIG, RunDir, is_run_dir, versions
+from fedcore.pipeline import Pipeline
+
+
+def prepare(config_path: str | Path | None, sets: Sequence[str] = (), *, resume: str | Path | None = None) -> Materials:
+    """Config (from the file, or the run directory's own when resuming without one) -> checked materials."""
+    if config_path is None:
+        if resume is None:
+            raise ConfigError("give a CONFIG.toml to run (or --resume RUN_DIR)")
+        config_path = Path(resume) / CONFIG
+        if not config_path.is_file():
+            raise ConfigError(f"--resume {resume}: not a fedcore run directory (no {CONFIG})")
+    return materialize(plan(load_config(config_path, list(sets))))
+
+
+def default_out(name: str, root: str | Path = "runs") -> Path:
+    """``runs/<name>``, or ``runs/<name>-2``, ``-3``... when taken: a new run never lands on an old one."""
+    base = Path(root) / name
+    if not base.exists():
+        return base
+    n = 2
+    while (Path(root) / f"{name}-{n}").exists():
+        n += 1
+    return Path(root) / f"{name}-{n}"
+
+
+def manifest(m: Materials, pipeline: Pipeline, *, resumed_from: str | None = None) -> dict[str, Any]:
+    return {
+        "name": m.resolved["name"], "seed": m.resolved["seed"], "fingerprint": m.plan.fingerprint,
+        "pipeline": pipeline.describe(), "dataset": m.resolved["dataset"], "model": m.resolved["model"],
+        "model_parameters": sum(p.numel() for p in m.model.parameters()),
+        "train_size": len(m.train), "test_size": None if m.test is None else len(m.test),
+        "executor": m.resolved["executor"], "versions": versions(), "command": sys.argv,
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "resumed_from": resumed_from,
+    }
+
+
+class TensorBoardLog:
+    """Numeric row values as scalars at step = rounds done; a resumed run purges steps after its checkpoint."""
+
+    def __init__(self, path: Path, *, purge_step: int | None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(path), purge_step=purge_step)
+
+    def add(self, row: dict[str, Any]) -> None:
+        step = int(row["round"]) + 1
+        for k, v in row.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round" and math.isfinite(v):
+                self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    run_dir: Path
+    rows: list[dict[str, Any]]
+    state: str
+    resumed_from: str | None = None
+
+
+def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str | Path | None = None,
+                   overwrite: bool = False, progress: str = "auto", stream: Any = None,
+                   on_round: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
+    """Run (or resume) ``m`` into a run directory and return where it is and its rows."""
+    resolved, fp = m.resolved, m.plan.fingerprint
+    if resume is not None:
+        rd = RunDir.for_resume(resume, fingerprint=fp, resolved=resolved)
+        if rd.status().get("state") == "finished":
+            return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished")
+    else:
+        rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
+                           fingerprint=fp, overwrite=overwrite)
+        rd.write_config(resolved)
+    cfg = m.plan.config
+    display = RunProgress(name=resolved["name"], rounds=cfg["rounds"], mode=progress, stream=stream)
+    checkpointer = Checkpointer(rd.checkpoints, every=cfg["checkpoint"]["every"], keep=cfg["checkpoint"]["keep"],
+                                resume=resume is not None, report=display.note)
+    resumed_from = None
+    start_round = 0
+    if resume is not None:
+        path, state = checkpointer.load()
+        rows = list(state["history"]) if state else []
+        rd.rewrite_rows(rows)  # rows written after the checkpoint are recomputed, exactly
+        start_round = len(rows)
+        resumed_from = path.name if path is not None else None
+    user_pipeline = m.plan.pipeline
+    n_defaults = sum(1 for row in user_pipeline.describe()["components"] if row["default"])
+    given = user_pipeline.components[:len(user_pipeline.components) - n_defaults]
+    observer = ProgressObserver(display if display.mode != "none" else None)
+    running = Pipeline([observer, *given])
+    rd.write_manifest(manifest(m, user_pipeline, resumed_from=resumed_from))
+    tb = TensorBoardLog(rd.tensorboard, purge_step=start_round + 1 if resume is not None else None) \
+        if cfg["output"]["tensorboard"] else None
+
+    def after_round(record: dict[str, Any]) -> None:
+        rd.append_row(record)
+        if tb is not None:
+            tb.add(record)
+        display.round_done(record)
+        rd.write_status("running", rounds_done=int(record["round"]) + 1)
+        if on_round is not None:
+            on_round(record)
+
+    engine = Engine(running, model=m.model, train=m.train, test=m.test, executor=m.executor, on_round=after_round,
+                    checkpoint=checkpointer, out_dir=rd.path, **m.run_kwargs)
+    rd.write_status("running", pid=os.getpid(), resumed_from=resumed_from)
+    display.start(completed=start_round)
+    if resumed_from:
+        display.note(f"resumed from {resumed_from} ({start_round} rounds done)")
+    try:
+        result = engine.run()
+    except BaseException as exc:
+        display.close()
+        if resume is None and isinstance(exc, ConfigError) and not rd.rows():
+            shutil.rmtree(rd.path, ignore_errors=True)  # refused at set-up (e.g. the partition): leave nothing
+            raise
+        rd.write_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                        error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        raise
+    finally:
+        if tb is not None:
+            tb.close()
+    display.close()
+    rows = list(result.history.rows)
+    if cfg["output"]["save_model"]:
+        rd.save_model(result.model)
+    summary: dict[str, Any] = {"rounds_done": len(rows)}
+    key = accuracy_key(rows[-1]) if rows else None
+    if key:
+        summary["final_" + key] = rows[-1][key]
+    rd.write_status("finished", **summary)
+    return Outcome(run_dir=rd.path, rows=rows, state="finished", resumed_from=resumed_from)
+
+
+__all__ = ["Outcome", "default_out", "is_run_dir", "manifest", "prepare", "run_experiment"]
