@@ -122,13 +122,15 @@ class ServerRule:
     def _params(self, session: Session) -> list[tuple[str, nn.Parameter]]:
         return [(n, p) for n, p in session.segment.named_parameters() if p.requires_grad]
 
-    def forward(self, session: Session, h: torch.Tensor, *, grad: bool, final: bool) -> torch.Tensor:
+    def forward(self, session: Session, h: torch.Tensor, *, grad: bool, final: bool, cache: bool = True
+                ) -> torch.Tensor:
+        """``cache=False`` for extra queries (a client's activation-space estimate): nothing is remembered."""
         session.segment.train(True)
         h = h.detach().requires_grad_(grad)
         with torch.set_grad_enabled(grad):
             out = session.segment(h)
-        if grad:
-            session.h, session.out, session.final = h, out, final
+        if cache:
+            session.h, session.out, session.final = h, (out if grad else None), final
             session.steps += 1
             session.examples += len(h)
         return out.detach()
@@ -197,10 +199,13 @@ class Connection:
             raise RuntimeError("use the connection inside `with endpoint.connect(channel) as server:`")
         return self.session
 
-    def forward(self, h: torch.Tensor, *, final: bool = False, grad: bool = True) -> torch.Tensor:
-        """Send ``h`` up, get the server segment's output back. ``grad=False``: a query, no backward follows."""
+    def forward(self, h: torch.Tensor, *, final: bool = False, grad: bool = True, cache: bool = True) -> torch.Tensor:
+        """Send ``h`` up, get the server segment's output back.
+
+        ``grad=False``: no backward follows; ``cache=False``: an extra query that is not this batch's forward.
+        """
         session = self._live()
-        out = self.rule.forward(session, self._up(SMASHED, h), grad=grad, final=final)
+        out = self.rule.forward(session, self._up(SMASHED, h), grad=grad, final=final, cache=cache)
         return self._down(SERVER_OUT, out)
 
     def backward(self, grad_out: torch.Tensor) -> torch.Tensor:

@@ -73,8 +73,8 @@ def _u_step(module: nn.Module, server: Any, h: torch.Tensor, y: torch.Tensor, fi
         u = torch.randn(h.shape, generator=zo_gen)
         with torch.no_grad():
             hd = h.detach()
-            plus = server.forward(hd + zo_eps * u, grad=False)
-            minus = server.forward(hd - zo_eps * u, grad=False)
+            plus = server.forward(hd + zo_eps * u, grad=False, cache=False)
+            minus = server.forward(hd - zo_eps * u, grad=False, cache=False)
             diff = (nn.functional.cross_entropy(module.run("top", plus), y)
                     - nn.functional.cross_entropy(module.run("top", minus), y))
         h.backward(diff / (2 * zo_eps) * u)

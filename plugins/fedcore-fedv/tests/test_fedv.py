@@ -1,0 +1,177 @@
+"""FedV / FedVZ: contract checks, the server contributions (Eq. 4, Eq. 5), the fedround gate, the message audit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import fedcore
+from fedcore import Channel, ConfigError, Pipeline
+from fedcore.builtin import IIDPartition, ShardPartition
+from fedcore.data import labels_of, load_digits
+from fedcore.models import micro_vit
+from fedcore.split import SPSA, Segment, SplitEval, SplitServerState, split_layout
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
+from fedcore_fedv import FedV, FedVServer, FedVZ, PairedTest
+
+
+def small_vit():
+    torch.manual_seed(0)
+    return micro_vit(num_classes=4, depth=2, embed_dim=16, num_heads=2)
+
+
+FIXTURE = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))
+ENCODER = "blocks.0.attn.qkv.weight"
+
+
+@parametrize_with_checks([FedV(), FedVZ(batch_size=8, local_epochs=1), FedV(head_grad_mode="zo", batch_size=8),
+                          PairedTest()], fixture=FIXTURE)
+def test_contract(component, check):
+    check(component)
+
+
+def test_names_resolve_from_the_entry_point():
+    assert fedcore.get("fedv") is FedV and fedcore.get("fedvz") is FedVZ
+    pipe = Pipeline.from_config({"plugins": [{"name": "fedvz", "zo_eps": 1e-3}, "paired-test"],
+                                 "evaluate": "split-eval"})
+    assert pipe.describe()["slots"]["split"] == "fedvz"
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"zo_eps": 0.0}, r"FedVZ.zo_eps=0.0 is out of range; must be > 0"),
+    ({"zo_eps": -1.0}, r"FedVZ.zo_eps"),
+    ({"zo_num_directions": 0}, r"FedVZ.zo_num_directions=0 is out of range"),
+    ({"fedround": 0}, r"FedVZ.fedround=0"),
+    ({"head_grad_mode": "none"}, r"FedVZ.head_grad_mode='none' is not allowed"),
+])
+def test_bad_zo_settings_name_the_setting(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        FedVZ(**kw)
+
+
+def _session(mode, model, batches, lr=0.1):
+    """Run ``batches`` through a FedV server rule by hand, as a client would; returns the rule and segments."""
+    lay = split_layout(model, "patch_embed", "norm")
+    rule = FedVServer(model, lay["server"], mode=mode, lr=lr, state=SplitServerState(), spsa=SPSA(eps=1e-3),
+                      round=0, seed=0)
+    client = Segment(model, {"bottom": lay["bottom"], "top": lay["top"]})
+    channel = Channel(0, 0)
+    with rule.model is model and __import__("fedcore.split", fromlist=["Endpoint"]).Endpoint(rule, 0).connect(channel) as srv:
+        for k, (x, y) in enumerate(batches):
+            final = k == len(batches) - 1
+            h = client.run("bottom", x)
+            b = srv.forward(h, final=final).requires_grad_()
+            loss = nn.functional.cross_entropy(client.run("top", b), y)
+            loss.backward()
+            h.backward(srv.backward(b.grad))
+            q = srv.loss_queries()
+            if q:
+                with torch.no_grad():
+                    srv.answer([float(nn.functional.cross_entropy(client.run("top", o), y)) for o in q])
+    return rule, client, channel
+
+
+def _batches(n=2):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(6, 1, 8, 8, generator=g), torch.randint(0, 4, (6,), generator=g)) for _ in range(n)]
+
+
+def test_fedv_contribution_is_the_encoder_gradient_of_the_last_batch():
+    model = small_vit()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = _batches()
+    rule, client, _ = _session("exact", model, batches)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "encoder fixed within the round"
+    x, y = batches[-1]
+    ref = small_vit()
+    ref.load_state_dict({**ref.state_dict(), **client.state_dict()})
+    nn.functional.cross_entropy(ref(x), y).backward()
+    staged = rule.sessions[0].staged
+    assert len(staged) == 1, "only the last minibatch contributes"
+    assert torch.allclose(staged[0][ENCODER], dict(ref.named_parameters())[ENCODER].grad, atol=1e-6)
+    new = rule.finish([0], {0: 1.0})
+    assert torch.allclose(new[ENCODER], before[ENCODER] - 0.1 * staged[0][ENCODER])
+    assert rule.finish([], {}) == {}, "a client whose update did not arrive contributes nothing"
+
+
+def test_fedvz_contribution_is_the_two_point_spsa_estimate():
+    model = small_vit()
+    batches = _batches()
+    rule, client, channel = _session("zo", model, batches)
+    (seeds, pgs), = rule.sessions[0].staged
+    x, y = batches[-1]
+    lay = split_layout(model, "patch_embed", "norm")
+    server = Segment(model, {"server": lay["server"]}, share=True).eval()
+    params = {n: p.detach() for n, p in server.named_parameters()}
+    h = client.run("bottom", x).detach()
+    plus, minus = SPSA(eps=1e-3).points(params, seeds[0])
+    loss = lambda pt: float(nn.functional.cross_entropy(client.run("top", torch.func.functional_call(server, pt, (h,))), y))
+    assert pgs[0] == pytest.approx((loss(plus) - loss(minus)) / 2e-3, rel=1e-4)
+    # what crossed for the encoder update: two outputs down, two scalars up, no encoder gradient anywhere
+    assert channel.nbytes("up", "losses") == 16
+    assert channel.nbytes("down", "query-output") == 2 * 6 * 16 * 4
+    new = rule.finish([0], {0: 1.0})
+    z = SPSA(eps=1e-3).direction(params, seeds[0])
+    assert torch.allclose(new[ENCODER], params[ENCODER] - 0.1 * pgs[0] * z[ENCODER], atol=1e-6)
+
+
+def _run(component, rounds=3, num_clients=3, partition=None, **kw):
+    train, test = tiny_data(n=48, n_test=24)
+    return Pipeline([PairedTest(), partition or IIDPartition(), component, SplitEval()]).run(
+        model=small_vit(), train=train, test=test, num_clients=num_clients, rounds=rounds, seed=0, **kw)
+
+
+def test_encoder_steps_once_per_round_and_lr_zero_is_frozen():
+    base = small_vit().state_dict()[ENCODER]
+    frozen = _run(FedV(lr_server=0.0, batch_size=16, local_epochs=1), rounds=2)
+    assert torch.equal(frozen.model.state_dict()[ENCODER], base)
+    moved = _run(FedV(lr_server=1e-2, batch_size=16, local_epochs=1), rounds=2)
+    assert not torch.equal(moved.model.state_dict()[ENCODER], base)
+    zo = _run(FedVZ(lr_server=1e-2, batch_size=16, local_epochs=1), rounds=2)
+    assert not torch.equal(zo.model.state_dict()[ENCODER], base)
+    assert [r["agg_server_sessions_used"] for r in zo.history] == [3.0, 3.0]
+
+
+def test_fedround_gate_uploads_at_round_zero_and_every_fedround():
+    result = _run(FedV(fedround=2, batch_size=16, local_epochs=1), rounds=5)
+    ups = [result.ledger.total(kind="weights", direction="up", round=r) for r in range(5)]
+    assert [u > 0 for u in ups] == [True, False, True, False, True]
+    downs = [result.ledger.total(kind="weights", direction="down", round=r) for r in range(5)]
+    # round 0: the initial head/tail; rounds 1 and 3: the averages of rounds 0 and 2; rounds 2 and 4: personal
+    assert [d > 0 for d in downs] == [True, True, False, True, False]
+    assert downs[0] == downs[1] == downs[3]
+
+
+def test_fedvz_strict_sends_no_gradient_at_all():
+    result = _run(FedVZ(head_grad_mode="zo", batch_size=16, local_epochs=1), rounds=2)
+    kinds = {k for (_, k) in result.ledger.by_kind()}
+    assert not kinds & {"output-grad", "input-grad"}, kinds
+    for r in range(2):
+        for c in range(3):
+            assert result.ledger.total(kind="losses", direction="up", round=r, client=c) == 16  # two float64 scalars
+    literal = _run(FedVZ(batch_size=16, local_epochs=1), rounds=1)
+    assert literal.ledger.total(kind="output-grad") > 0, "paper-literal FedVZ still back-propagates dL/db per step"
+
+
+def test_fedv_and_fedvz_learn_on_the_pretrained_encoder():
+    for component in (FedV(batch_size=4, lr_client=1e-2, local_epochs=3, fedround=1),
+                      FedVZ(batch_size=4, lr_client=1e-2, local_epochs=3, fedround=1)):
+        result = _run(component, rounds=4)
+        accs = result.history.column("test_accuracy")
+        assert accs[-1] > 0.6 and accs[-1] > accs[0], accs
+
+
+def test_paired_test_follows_train_label_distribution():
+    train, test = load_digits(classes=(5, 6, 7, 8, 9))  # a stratified train/test split
+    result = Pipeline([PairedTest(), ShardPartition(classes_per_client=2)]).run(
+        model=small_vit(), train=train, test=test, num_clients=6, rounds=0, seed=0)
+    part = result.run.partition
+    ytr, yte = labels_of(train), labels_of(test)
+    all_test = [i for p in part.test for i in p]
+    assert len(all_test) == len(set(all_test)) == len(test), "test splits are disjoint and cover the test set"
+    for tr, te in zip(part.train, part.test):
+        assert set(yte[list(te)]) <= set(ytr[list(tr)])
+        ptr = np.bincount(ytr[list(tr)], minlength=5) / len(tr)
+        pte = np.bincount(yte[list(te)], minlength=5) / max(len(te), 1)
+        assert np.abs(ptr - pte).max() < 0.08
