@@ -1,0 +1,197 @@
+"""The paper's baselines (§4.1.3), each one component, all with the same local trainer as SA-FedLoRA.
+
+* ``fedfft``         full fine-tuning of the given (pre-trained) model, full model sent both ways.
+* ``fedavg-scratch`` the same, after a seeded re-initialisation of every weight ("from scratch").
+* ``fedbit``         BitFit: only biases (+ head) are trained and sent.
+* ``fedper``         FedPer: personal layers (the head by default) stay on the client
+                     (``ClientState.tensors``) and never cross the network; from scratch as in the paper.
+* ``local``          each client trains alone; nothing crosses the network.
+
+FedPer and Local evaluate each client's personal model (see :class:`PersonalEval`).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from torch import nn
+
+import fedcore
+from fedcore.data import batches, labels_of
+from fedcore.lora import matching_keys, subset_share
+from fedcore.rng import derive_seed
+from fedcore.settings import setting
+from fedcore.types import ClientUpdate, Share
+from fedcore_safedlora.training import Trainer
+
+
+def reinitialise(model: nn.Module, seed: int) -> None:
+    """Seeded fresh weights: timm's ``init_weights`` when the model has it, else every ``reset_parameters``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in model.modules():
+            if hasattr(module, "reset_parameters") and module is not model:
+                module.reset_parameters()
+        if hasattr(model, "init_weights"):
+            model.init_weights()
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class _Baseline(Trainer):
+    epochs: int = setting(2, low=1, help="local epochs per round")
+    from_scratch: bool = setting(False, help="re-initialise the model (seeded) before round 0")
+
+    @fedcore.hookimpl
+    def fedcore_round_start(self, ctx: Any) -> None:
+        if self.from_scratch and ctx.round == 0:
+            reinitialise(ctx.server.model, derive_seed(ctx.seed, "from-scratch-init"))
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: Any, share: Share, data: Any, ctx: Any) -> ClientUpdate:
+        return self.train(client, share, data, ctx, epochs=self.epochs)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FedFFT(_Baseline):
+    """Federated full fine-tuning (FedFFT): every parameter is trained and the full model is sent both ways."""
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
+        params = [n for n, _ in model.named_parameters()]
+        return subset_share(model, client.id, ctx, params, download=list(model.state_dict()))
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FedAvgScratch(FedFFT):
+    """FedAvg from scratch (the paper's FedAvg): a seeded random re-initialisation, then full-model FedAvg."""
+
+    from_scratch: bool = setting(True, help="re-initialise the model (seeded) before round 0")
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FedBit(_Baseline):
+    """FedBit (BitFit in FL): only bias vectors and the head are trained and communicated."""
+
+    pattern: str = setting(r"\.bias$|^head\.", help="regex of the entries trained and sent")
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
+        params = dict(model.named_parameters())
+        keys = [k for k in matching_keys(model, self.pattern, setting="FedBit.pattern") if k in params]
+        if not keys:
+            raise fedcore.ConfigError(f"FedBit.pattern={self.pattern!r} matches no parameter of this "
+                                      f"{type(model).__name__}")
+        return subset_share(model, client.id, ctx, keys)
+
+
+def _personal_copy(model: nn.Module, state: Any) -> nn.Module:
+    module = copy.deepcopy(model)
+    if state is not None and state.tensors:
+        module.load_state_dict(state.tensors, strict=False)
+    return module
+
+
+def personal_evaluate(model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any], ctx: Any,
+                      batch_size: int = 512) -> dict[str, float]:
+    """Each client's personal model (global model + its ``ClientState.tensors``) on the server's test set.
+
+    ``test_accuracy`` is the mean over clients on the whole test set; ``test_accuracy_local`` weights each
+    class by the client's own training label distribution (its expected accuracy on its own data).
+    """
+    if dataset is None:
+        return {}
+    test_labels = labels_of(dataset)
+    classes = np.unique(test_labels)
+    train_labels = labels_of(ctx.run.train) if ctx.run is not None else None
+    accs, locals_, losses = [], [], []
+    for client in clients:
+        net = _personal_copy(model, states.get(client.id))
+        preds, loss_sum = [], 0.0
+        net.eval()
+        with torch.no_grad():
+            for x, y in batches(dataset, range(len(dataset)), batch_size, shuffle=False):
+                logits = net(x)
+                loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
+                preds.append(logits.argmax(-1))
+        pred = torch.cat(preds).numpy()
+        losses.append(loss_sum / len(dataset))
+        correct = pred == test_labels
+        accs.append(float(correct.mean()))
+        if train_labels is not None:
+            own = train_labels[list(ctx.run.partition.train[client.id])]
+            share = np.array([(own == c).mean() for c in classes])
+            per_class = np.array([correct[test_labels == c].mean() for c in classes])
+            locals_.append(float((share * per_class).sum()))
+    out = {"test_accuracy": float(np.mean(accs)), "test_loss": float(np.mean(losses)),
+           "test_accuracy_min": float(np.min(accs))}
+    if locals_:
+        out["test_accuracy_local"] = float(np.mean(locals_))
+    return out
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class PersonalEval:
+    """Evaluate every client's personal model (see :func:`personal_evaluate`) instead of the global model."""
+
+    batch_size: int = setting(512, low=1)
+
+    @fedcore.hookimpl
+    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any],
+                         ctx: Any) -> dict[str, float]:
+        return personal_evaluate(model, dataset, clients, states, ctx, self.batch_size)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class _PersonalBaseline(_Baseline):
+    @fedcore.hookimpl
+    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any],
+                         ctx: Any) -> dict[str, float]:
+        return personal_evaluate(model, dataset, clients, states, ctx)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FedPer(_PersonalBaseline):
+    """FedPer: base layers are averaged; personal layers (``personal``, the head) stay on each client."""
+
+    personal: str = setting(r"^head\.", help="regex of the personal entries kept in ClientState.tensors")
+    from_scratch: bool = setting(True, help="re-initialise the model before round 0 (the paper's FedPer)")
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: Any) -> Share:
+        personal = set(matching_keys(model, self.personal, setting="FedPer.personal"))
+        if not personal:
+            raise fedcore.ConfigError(f"FedPer.personal={self.personal!r} matches no entry of this "
+                                      f"{type(model).__name__}")
+        shared = [n for n, _ in model.named_parameters() if n not in personal]
+        share = subset_share(_personal_copy(model, state), client.id, ctx,
+                             shared + [n for n, _ in model.named_parameters() if n in personal],
+                             download=[k for k in model.state_dict() if k not in personal])
+        return attrs.evolve(share, upload=tuple(shared), meta={"personal": tuple(sorted(personal))})
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: Any, share: Share, data: Any, state: Any, ctx: Any) -> ClientUpdate:
+        update = self.train(client, share, data, ctx, epochs=self.epochs)
+        own = share.module.state_dict()
+        state.tensors.update({k: own[k].detach().clone() for k in share.meta["personal"]})
+        return update
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Local(_PersonalBaseline):
+    """Local training only: each client keeps its whole model in ``ClientState.tensors``; no communication."""
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: Any) -> Share:
+        share = subset_share(_personal_copy(model, state), client.id, ctx, [n for n, _ in model.named_parameters()],
+                             download=[])
+        return attrs.evolve(share, upload=())
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: Any, share: Share, data: Any, state: Any, ctx: Any) -> ClientUpdate:
+        update = self.train(client, share, data, ctx, epochs=self.epochs)
+        state.tensors = {k: v.detach().clone() for k, v in share.module.state_dict().items()}
+        return update
