@@ -185,3 +185,37 @@ def test_paper_cost_arithmetic():
             for t, a in enumerate([0.5, 0.8, 0.908, 0.897, 0.91])]
     assert cost_to_target(hist, 0.85) == 60 and cost_to_target(hist, 0.91) == 100 and cost_to_target(hist, 0.95) is None
     assert convergence_round(hist) == 2 and converged_cost(hist) == 60
+
+
+def test_same_seed_same_global_state_across_the_stage_switch():
+    a = run({"plugins": [FAST]}, 2).model.state_dict()
+    b = run({"plugins": [FAST]}, 2).model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("mode", ["svd", "slice"])
+def test_round_start_truncates_the_global_factors(mode):
+    from fedcore.lora import inject_lora, lora_layers
+    from fedcore.testing import ContractFixture, build_engine, round_context
+
+    component = SAFedLoRA(**{**{k: v for k, v in FAST.items() if k != "name"}, "t1_rounds": 0, "truncation": mode})
+    engine = build_engine([component], ContractFixture(model_factory=vit, data_factory=data, num_clients=S))
+    model = engine.run_ctx.server.model
+    component.fedcore_round_start(ctx=round_context(engine, 0))  # injects at r_a = 3
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in lora_layers(model).values():
+            layer.lora_B["default"].weight.copy_(torch.randn(layer.lora_B["default"].weight.shape, generator=g))
+    before = {n: (l.lora_B["default"].weight @ l.lora_A["default"].weight).detach().double()
+              for n, l in lora_layers(model).items()}
+    factors = {n: (l.lora_B["default"].weight.detach().clone(), l.lora_A["default"].weight.detach().clone())
+               for n, l in lora_layers(model).items()}
+    component.fedcore_round_start(ctx=round_context(engine, 2))  # t_b = 2: rank 2
+    for n, layer in lora_layers(model).items():
+        b, a = layer.lora_B["default"].weight.detach().double(), layer.lora_A["default"].weight.detach().double()
+        assert a.shape[0] == 2
+        if mode == "svd":
+            u, s, vh = torch.linalg.svd(before[n])
+            assert torch.allclose(b @ a, (u[:, :2] * s[:2]) @ vh[:2], atol=1e-4)
+        else:  # slice keeps the leading columns of B and rows of A
+            assert torch.equal(b.float(), factors[n][0][:, :2]) and torch.equal(a.float(), factors[n][1][:2])
