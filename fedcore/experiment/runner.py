@@ -32,6 +32,8 @@ def prepare(config_path: str | Path | None, sets: Sequence[str] = (), *, resume:
         if resume is None:
             raise ConfigError("give a CONFIG.toml to run (or --resume RUN_DIR)")
         config_path = Path(resume) / CONFIG
+        if not Path(resume).is_dir():
+            raise ConfigError(f"--resume {resume}: no such directory")
         if not config_path.is_file():
             raise ConfigError(f"--resume {resume}: not a fedcore run directory (no {CONFIG})")
     return materialize(plan(load_config(config_path, list(sets))))
