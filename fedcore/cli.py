@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="summary table and plots of one or several run directories")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    report.add_argument("--out", metavar="DIR", help="where plots go (default: RUN_DIR/report, or reports/A-vs-B)")
+    report.add_argument("--out", metavar="DIR", help="where plots go (default: RUN_DIR/report, or runs/report-A-vs-B)")
     report.add_argument("--metric", help="the accuracy key to plot (default: test_accuracy or the first *accuracy)")
     return top
 

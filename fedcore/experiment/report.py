@@ -128,7 +128,7 @@ def print_table(summaries: Sequence[dict[str, Any]], metric: str | None, console
 def default_report_dir(runs: Sequence[RunRecord]) -> Path:
     if len(runs) == 1:
         return runs[0].path / "report"
-    return Path("reports") / "-vs-".join(r.path.name for r in runs)[:120]
+    return Path("runs") / ("report-" + "-vs-".join(r.path.name for r in runs))[:120]
 
 
 def write_report(runs: Sequence[RunRecord], out: str | Path | None = None, metric: str | None = None
