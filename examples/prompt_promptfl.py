@@ -74,7 +74,9 @@ def main() -> None:
             rows.append(row)
             curves[(setting, name)] = res.history.column("test_accuracy")
             print(f"{setting:8s} {name:9s} acc {row['acc']:.3f} f1 {row['f1']:.3f} ({row['wall_s']:.0f}s)", flush=True)
-    zero_shot = info.get("zero_shot_downstream_test")
+    from fedcore.prompt.pretrain import zero_shot_accuracy
+
+    zero_shot = zero_shot_accuracy(backbone, test)
 
     print(f"\nMicro-scale PromptFL (tiny open_clip CLIP self-pre-trained on captioned shapes; zero-shot on the shifted "
           f"test domain {zero_shot:.3f}); {args.clients} clients, {args.shots} shots, R={args.rounds}, E={args.epochs}")

@@ -26,6 +26,16 @@ from fedcore.prompt import (
 from fedcore.stash import Stash
 from fedcore.testing import parametrize_with_checks
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 _spec = importlib.util.spec_from_file_location("prompt_helpers", Path(__file__).with_name("prompt_helpers.py"))
 helpers = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("prompt_helpers", helpers)

@@ -95,11 +95,13 @@ def pretraining_set(dataset: str = "shapes", *, seed: int = 0, n_per_class: int 
 
 
 def downstream(dataset: str = "shapes", *, seed: int = 0, n_train_per_class: int = 60, n_test_per_class: int = 20,
-               noise: float = 0.3) -> tuple[ArrayDataset, ArrayDataset]:
+               noise: float = 0.2, background: float = 0.4) -> tuple[ArrayDataset, ArrayDataset]:
     """The shifted downstream task: (train, test), disjoint from the pre-training images."""
     if dataset == "shapes":
-        return (shapes_dataset(n_train_per_class, seed=seed, stream="downstream-train", noise=noise, background=0.6),
-                shapes_dataset(n_test_per_class, seed=seed, stream="downstream-test", noise=noise, background=0.6))
+        return (shapes_dataset(n_train_per_class, seed=seed, stream="downstream-train", noise=noise,
+                               background=background),
+                shapes_dataset(n_test_per_class, seed=seed, stream="downstream-test", noise=noise,
+                               background=background))
     if dataset == "digits":
         _, train, test = digits_datasets(seed=seed, noise=noise)
         return train, test

@@ -30,31 +30,39 @@ def cache_root() -> Path:
     return Path(os.environ.get("FEDCORE_CACHE", Path.home() / ".cache" / "fedcore")) / "pretrained"
 
 
-def _settings(dataset: str, steps: int, batch_size: int, lr: float, seed: int) -> dict[str, Any]:
-    return {"arch": TINY, "dataset": dataset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-            "format": 1}
+def _settings(dataset: str, steps: int, batch_size: int, lr: float, seed: int, n_per_class: int) -> dict[str, Any]:
+    out = {"arch": TINY, "dataset": dataset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+           "format": 1}
+    if n_per_class != 200:
+        out["n_per_class"] = n_per_class
+    return out
 
 
 def cache_path(dataset: str = "shapes", *, steps: int = 1500, batch_size: int = 128, lr: float = 1e-3,
-               seed: int = 0) -> Path:
-    key = hashlib.sha256(json.dumps(_settings(dataset, steps, batch_size, lr, seed), sort_keys=True).encode())
+               seed: int = 0, n_per_class: int = 200) -> Path:
+    key = hashlib.sha256(json.dumps(_settings(dataset, steps, batch_size, lr, seed, n_per_class),
+                                    sort_keys=True).encode())
     return cache_root() / f"{TINY}-{dataset}-{key.hexdigest()[:16]}.safetensors"
 
 
 def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size: int = 128, lr: float = 1e-3,
-                       seed: int = 0, cache: bool = True, verbose: bool = False) -> tuple[FrozenCLIP, dict[str, Any]]:
+                       seed: int = 0, n_per_class: int = 200, cache: bool = True, verbose: bool = False
+                       ) -> tuple[FrozenCLIP, dict[str, Any]]:
     """Pre-train (or load from the cache) the tiny CLIP; returns it frozen, with an info dict."""
     from safetensors.torch import load_file, save_file
 
     from fedcore.prompt.captioned import captions, downstream, pretraining_set
     from fedcore.prompt.features import encode_all
 
-    path = cache_path(dataset, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    path = cache_path(dataset, steps=steps, batch_size=batch_size, lr=lr, seed=seed, n_per_class=n_per_class)
     model = create_clip(TINY, seed=seed)
     if cache and path.exists():
         model.load_state_dict(load_file(str(path)))
-        return FrozenCLIP(model, name=TINY), json.loads(path.with_suffix(".json").read_text())
-    data = pretraining_set(dataset, seed=seed)
+        frozen = FrozenCLIP(model, name=TINY)
+        info = json.loads(path.with_suffix(".json").read_text())
+        info["zero_shot_downstream_test"] = zero_shot_accuracy(frozen, downstream(dataset, seed=seed)[1], dataset)
+        return frozen, info
+    data = pretraining_set(dataset, seed=seed, n_per_class=n_per_class)
     caps, templates = captions(dataset, data.classes)
     tok = get_tokenizer(TINY)
     ids = tok([c for per_class in caps for c in per_class])  # [K * T, L]
@@ -89,7 +97,7 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
                 print(f"pretrain {TINY} on {dataset}: step {step + 1}/{steps} loss {float(loss.detach()):.3f} "
                       f"scale {float(model.logit_scale.detach().exp()):.1f} ({time.perf_counter() - start:.0f}s)", flush=True)
     frozen = FrozenCLIP(model.eval(), name=TINY)
-    info: dict[str, Any] = dict(_settings(dataset, steps, batch_size, lr, seed), path=str(path),
+    info: dict[str, Any] = dict(_settings(dataset, steps, batch_size, lr, seed, n_per_class), path=str(path),
                                 train_seconds=round(time.perf_counter() - start, 1),
                                 logit_scale=float(frozen.logit_scale()),
                                 note="tiny open_clip CLIP pre-trained by fedcore on captioned "

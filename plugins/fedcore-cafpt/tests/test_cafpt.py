@@ -17,6 +17,16 @@ from fedcore.prompt.captioned import shapes_dataset
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_cafpt import SCORES, SELECTION, CaFPT, pvi_scores, top_per_class
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 _BB = []
 
 

@@ -21,6 +21,16 @@ from fedcore_pfedprompt import (
     personal_logits,
 )
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 _BB = []
 
 
