@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,10 +107,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(json.dumps({"config": p.resolved, "fingerprint": p.fingerprint, "pipeline": manifest}, indent=2,
                          default=str))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = _console()
     console.print(f"[bold]{p.name}[/bold]  (fingerprint {p.fingerprint})")
     print(tomli_w.dumps(p.resolved))
     table = Table(title="pipeline")
@@ -135,10 +133,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
 def cmd_plugins(args: argparse.Namespace) -> int:
     import fedcore
     from fedcore.registry import slots_of
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = _console()
     registry = fedcore.plugins.registry()
     table = Table(title="installed fedcore plugins")
     for col in ("plugin", "distribution", "version", "components (slots)", "status"):
@@ -207,6 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
+
+
+def _console() -> Any:
+    """A rich console; off a terminal (a pipe, CI) it is wide instead of 80 columns, so tables stay readable."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=160)
 
 
 def _one_line(exc: BaseException) -> str:
