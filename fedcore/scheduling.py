@@ -2,7 +2,10 @@
 
 The engine owns the loop and the (virtual) clock; a policy only answers three questions:
 which idle clients to start now, whether to aggregate what has arrived, and whether an update
-that arrives after the global model moved on still counts. Synchronous rounds, deadlines, FedBuff,
+that arrives after the global model moved on still counts. Two optional members: ``continuous =
+True`` makes the engine call ``dispatch`` after every arrival too (FedBuff, FedAsync keep their
+concurrency), and ``cancel(now=, busy=)`` names in-flight clients to give up when aggregating (a
+synchronous deadline). Synchronous rounds, deadlines, FedBuff,
 FedAsync and semi-asynchronous waiting (Co-S2P) are all policies of this shape.
 """
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """Schedulers on a virtual clock: sync with a deadline, FedAsync, FedBuff, semi-async; staleness-aware aggregators."""
 import math
 
+import attrs
 import numpy as np
 import pytest
 import torch
+
+import fedcore
 
 from fedcore.builtin import (
     AsyncSchedule,
@@ -155,3 +158,21 @@ def test_fedbuff_step_applies_discounted_deltas_to_the_current_model():
                                 "updates move the model only part of the way"})
 def test_fedasync_default_contract(component, check):
     check(component)
+
+
+def test_fedbuff_refills_at_once_so_a_fast_client_can_fill_the_buffer_alone():
+    received = []
+
+    class Spy:
+        """Keeps every update the server receives."""
+
+        @fedcore.hookimpl
+        def fedcore_client_done(self, client, update, ctx):
+            received.append(update)
+
+    profiles = ["fast"] + ["slow"] * 5
+    h = run_tiny_pipeline([BufferedSchedule(buffer_size=3), attrs.frozen(eq=False)(Spy)()], rounds=1, fixture=FIXTURE,
+                          clock=SimClock(TABLE), profiles=profiles).history
+    assert h[0]["clients"] == [0, 0, 0]  # started again on arrival, three times before any slow client is back
+    first = received[0].tensors
+    assert all(any(not torch.equal(first[k], u.tensors[k]) for k in first) for u in received[1:])  # fresh streams

@@ -29,6 +29,7 @@ class BufferedRounds:
     buffer_size: int
     concurrency: int
     max_staleness: int | None = None
+    continuous = True  # the engine refills after every arrival, not only after aggregating
 
     def dispatch(self, *, round: int, now: float, idle: Sequence[int], busy: Sequence[int],
                  rng: np.random.Generator) -> list[int]:

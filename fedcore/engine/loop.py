@@ -31,7 +31,7 @@ from fedcore.engine.history import History, RunResult
 from fedcore.engine.network import Channel
 from fedcore.engine.validate import update_problem
 from fedcore.errors import ConfigError, MissingSlotError
-from fedcore.rng import numpy_generator
+from fedcore.rng import derive_seed, numpy_generator
 from fedcore.types import AggregateResult, ClientInfo, ClientState, ClientUpdate, Partition, ServerState, Share
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class Engine:
         self.arrival_times: dict[int, float] = {}
         self.events: dict[str, list[Any]] = {k: [] for k in EVENT_KEYS}
         self.busy_s: dict[int, float] = {c: 0.0 for c in range(num_clients)}
+        self._count_round, self._dispatch_calls, self._starts = -1, 0, {}  # starts per client on one version
         self.ledger_mark = 0
 
     # -- set-up ------------------------------------------------------------------------------
@@ -228,23 +229,38 @@ class Engine:
         return sorted(c for _, c, _ in self.in_flight)
 
     def _dispatch(self, ctx: RoundContext) -> None:
-        """Ask the policy whom to start, apply seeded faults, run the jobs and queue their arrivals."""
+        """Ask the policy whom to start, apply seeded faults, run the jobs and queue their arrivals.
+
+        Called once per round, and after every arrival for ``continuous`` policies (FedBuff and
+        FedAsync refill their concurrency at once). A client started again on the same global
+        version gets fresh random streams (a seed derived from how often it was started), so it
+        does not repeat its previous job; the first start keeps the plain ``(seed, round, client)``.
+        """
         run = self.run_ctx
+        if self._count_round != ctx.round:
+            self._count_round, self._dispatch_calls, self._starts = ctx.round, 0, {}
+        calls = self._dispatch_calls
+        self._dispatch_calls += 1
         clients = {c.id: c for c in run.clients}
         busy = self._busy_ids()
         idle = [c for c in clients if c not in busy]
-        chosen = list(self.scheduler.dispatch(round=ctx.round, now=self.now, idle=idle, busy=busy,
-                                              rng=numpy_generator(run.seed, "schedule", ctx.round)))
+        rng = numpy_generator(run.seed, "schedule", ctx.round, *((calls,) if calls else ()))
+        chosen = list(self.scheduler.dispatch(round=ctx.round, now=self.now, idle=idle, busy=busy, rng=rng))
         unknown = sorted(set(chosen) - set(idle))
         if unknown:
             raise ConfigError(f"scheduler dispatched clients {unknown} that are not idle")
-        plans = {c: self._fault_plan(clients[c], ctx.round) for c in chosen}
+        contexts, plans = {}, {}
+        for c in chosen:
+            k = self._starts.get(c, 0)
+            self._starts[c] = k + 1
+            contexts[c] = ctx if k == 0 else attrs.evolve(ctx, seed=derive_seed(run.seed, "restart", k))
+            plans[c] = self._fault_plan(clients[c], ctx.round, contexts[c].seed)
         built = []
         for c in chosen:
             if plans[c].outcome == "unavailable":
                 self.events["unavailable"].append(c)  # offline at dispatch: nothing sent, nothing computed
                 continue
-            job, share = self._job(clients[c], ctx, private_state=plans[c].outcome == "dropout")
+            job, share = self._job(clients[c], contexts[c], private_state=plans[c].outcome == "dropout")
             if self.clock is not None and hasattr(self.clock, "admit"):
                 self.clock.admit(job.client, share)
             built.append((job, share, len(job.ctx.channel.rows) if job.ctx.channel is not None else 0))
@@ -264,7 +280,7 @@ class Engine:
                             upload=tuple(share.upload))
             heapq.heappush(self.in_flight, (item.arrival, item.client_id, item))
 
-    def _fault_plan(self, client: ClientInfo, round: int) -> Any:
+    def _fault_plan(self, client: ClientInfo, round: int, seed: int) -> Any:
         from fedcore.runtime.faults import FaultPlan
 
         if self.faults is None:
@@ -272,15 +288,18 @@ class Engine:
         availability = 1.0
         if self.clock is not None and hasattr(self.clock, "availability"):
             availability = float(self.clock.availability(client))
-        return self.faults.plan(seed=self.run_ctx.seed, round=round, client=client.id, availability=availability)
+        return self.faults.plan(seed=seed, round=round, client=client.id, availability=availability)
 
     def _wait(self, ctx: RoundContext) -> None:
         """Advance virtual time one arrival at a time until the policy wants to aggregate."""
+        refill = False
         while True:
             decision = self.scheduler.ready(now=self.now, arrived=self.arrived, busy=self._busy_ids(),
                                             since=self.since)
             if decision is True:
                 return
+            if refill:  # a continuous policy starts replacements on the current model at once
+                self._dispatch(ctx)
             next_arrival = self.in_flight[0][0] if self.in_flight else math.inf
             if decision is False:
                 if not self.in_flight:
@@ -291,6 +310,7 @@ class Engine:
             _, _, item = heapq.heappop(self.in_flight)
             self.now = max(self.now, item.arrival)
             self._arrive(item, ctx)
+            refill = bool(getattr(self.scheduler, "continuous", False))
 
     def _cancel_stragglers(self) -> None:
         """Stop the in-flight jobs the policy gives up on (a synchronous deadline); they become idle."""
