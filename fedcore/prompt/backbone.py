@@ -3,13 +3,16 @@
 open_clip is imported lazily so ``import fedcore.prompt`` stays cheap. Every architecture open_clip knows
 (``open_clip.list_models()``) can be built, with a real pretrained tag (``pretrained="openai"``) for users
 who have the weights, or with random weights (``pretrained=None``) to count parameters or to test. fedcore's
-own micro architecture ``fedcore-tiny-clip`` is registered with open_clip from ``configs/`` so it goes
+own micro architecture ``fedcore-tiny-clip`` (:data:`TINY_CONFIG`) is registered with open_clip as a config
+file in fedcore's cache directory, so it goes
 through the same ``open_clip.create_model_and_transforms`` path.
 """
 from __future__ import annotations
 
 import difflib
+import json
 import logging
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,25 @@ from torch.nn import functional as F
 from fedcore.errors import ConfigError
 
 TINY = "fedcore-tiny-clip"
-_CONFIGS = Path(__file__).with_name("configs")
+TINY_CONFIG = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 16, "layers": 2, "width": 64, "head_width": 32, "patch_size": 4},
+    "text_cfg": {"context_length": 24, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+}
+"""fedcore's micro CLIP: ViT width 64, 2 layers, patch 4 on 16x16; text width 64, 2 layers, context 24; 3.4M params."""
+
+
+def _config_dir() -> Path:
+    """A directory holding fedcore's open_clip model configs (written once; open_clip reads configs from files)."""
+    root = Path(os.environ.get("FEDCORE_CACHE", Path.home() / ".cache" / "fedcore")) / "open_clip_configs"
+    path = root / f"{TINY}.json"
+    text = json.dumps(TINY_CONFIG, indent=1, sort_keys=True)
+    if not path.exists() or path.read_text() != text:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return root
 
 
 @lru_cache(maxsize=None)
@@ -29,7 +50,7 @@ def _open_clip():
     import open_clip
 
     if TINY not in open_clip.list_models():
-        open_clip.add_model_config(_CONFIGS)
+        open_clip.add_model_config(_config_dir())
     return open_clip
 
 
