@@ -246,20 +246,21 @@ class Pipeline:
 
     def run(self, *, model: Any, train: Any, test: Any = None, num_clients: int, rounds: int, seed: int = 0,
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
-            out_dir: Any = None, on_round: Any = None, faults: Any = None):
+            out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None):
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device
         profile; ``profiles`` names each client's profile (a list, or a seeded
         ``fedcore.runtime.ProfileAssignment``); ``faults`` (``fedcore.runtime.Faults``) injects seeded
         dropouts and lost uploads. ``executor`` runs client work (inline by default, or
-        ``fedcore.engine.ray_executor.RayExecutor``).
+        ``fedcore.engine.ray_executor.RayExecutor``). ``checkpoint``
+        (``fedcore.engine.checkpoint.Checkpointer(dir, every=1, resume=...)``) saves every k rounds and resumes.
         """
         from fedcore.engine.loop import Engine
 
         engine = Engine(self, model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
                         eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
-                        on_round=on_round, faults=faults)
+                        on_round=on_round, faults=faults, checkpoint=checkpoint)
         return engine.run()
 
 

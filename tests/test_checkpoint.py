@@ -186,3 +186,21 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
 def test_stash_keys_compare_by_name():
     assert StashKey("a") == StashKey("a") and hash(StashKey("a")) == hash(StashKey("a"))
     assert StashKey("a") != StashKey("b")
+
+
+def test_pipeline_run_takes_a_checkpointer_and_resuming_a_finished_run_runs_nothing(tmp_path):
+    train, test = tiny_data()
+
+    def run(resume):
+        torch.manual_seed(0)
+        pipe = fedcore.Pipeline([SGDUpdate(lr=0.1)])
+        calls = []
+        result = pipe.run(model=tiny_model(), train=train, test=test, num_clients=3, rounds=2, seed=1,
+                          on_round=calls.append, checkpoint=Checkpointer(tmp_path, resume=resume))
+        return result, calls
+
+    first, calls = run(resume=False)
+    assert len(calls) == 2 and [p.name for p in list_checkpoints(tmp_path)] == ["round-000001", "round-000002"]
+    again, calls = run(resume=True)
+    assert calls == [] and again.history.comparable() == first.history.comparable()
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
