@@ -1,19 +1,19 @@
 """The whole-model share: every client receives, trains and returns the full model (FedAvg's split)."""
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import attrs
 from torch import nn
 
 import fedcore
+from fedcore.builtin.clone import clone_module
 from fedcore.types import Share
 
 
 def working_copy(model: nn.Module, client_id: int, ctx: Any) -> nn.Module:
     """A deep copy of ``model`` with the client's personalised download (if any) applied."""
-    module = copy.deepcopy(model)
+    module = clone_module(model)  # copy.deepcopy semantics, ~3x cheaper (fedcore/builtin/clone.py)
     view = ctx.server.client_views.get(client_id) if ctx.run is not None else None
     if view:
         module.load_state_dict(view, strict=False)
