@@ -23,19 +23,29 @@ from torch import nn
 
 from fedcore.data.arrays import batches
 from fedcore.split.rules import make_optimizer
-from fedcore.types import ClientData, Share
+from fedcore.stash import StashKey
+from fedcore.types import ClientData, ClientState, Share
+
+CLIENT_OPTIMIZER = StashKey[dict]("fedcore.split.client-optimizer")  # client stash: optimizer state kept across rounds
 
 
 def train_split(share: Share, data: ClientData, ctx: Any, *, epochs: int, batch_size: int, lr: float,
                 optimizer: str = "adam", momentum: float = 0.0, weight_decay: float = 0.0,
-                bottom_grad: str = "backprop", zo_eps: float = 1e-3) -> dict[str, float]:
-    """Train ``share.module`` on ``data`` against ``share.endpoint``; returns metrics (mean loss, steps)."""
+                bottom_grad: str = "backprop", zo_eps: float = 1e-3, keep_optimizer: ClientState | None = None
+                ) -> dict[str, float]:
+    """Train ``share.module`` on ``data`` against ``share.endpoint``; returns metrics (mean loss, steps).
+
+    ``keep_optimizer``: the client's state, whose stash keeps the optimizer's state from round to round
+    (on the client, never sent); ``None`` starts a fresh optimizer every round.
+    """
     module = share.module
     module.train()
     two_part = "top" not in module.parts
     frozen = {id(p) for p in module.part_parameters("bottom")} if bottom_grad == "frozen" else set()
     params = [p for p in module.parameters() if p.requires_grad and id(p) not in frozen]
     opt = make_optimizer(optimizer, params, lr, momentum, weight_decay)
+    if keep_optimizer is not None and CLIENT_OPTIMIZER in keep_optimizer.stash:
+        opt.load_state_dict(keep_optimizer.stash[CLIENT_OPTIMIZER])
     gen = ctx.rng("shuffle")
     total_steps = epochs * math.ceil(len(data) / batch_size)
     zo_gen = ctx.rng("bottom-zo")
@@ -56,6 +66,8 @@ def train_split(share: Share, data: ClientData, ctx: Any, *, epochs: int, batch_
                 opt.step()
                 loss_sum += loss_value * len(y)
                 seen += len(y)
+    if keep_optimizer is not None:
+        keep_optimizer.stash[CLIENT_OPTIMIZER] = opt.state_dict()
     return {"loss": loss_sum / max(seen, 1), "steps": float(step)}
 
 

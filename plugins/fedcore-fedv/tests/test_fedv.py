@@ -11,7 +11,8 @@ from fedcore import Channel, ConfigError, Pipeline
 from fedcore.builtin import IIDPartition, ShardPartition
 from fedcore.data import labels_of, load_digits
 from fedcore.models import micro_vit
-from fedcore.split import SPSA, Segment, SplitEval, SplitServerState, split_layout
+from fedcore.split import SPSA, Endpoint, Segment, SplitEval, SplitServerState, split_layout
+from fedcore.split.train import CLIENT_OPTIMIZER
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_fedv import FedV, FedVServer, FedVZ, PairedTest
 
@@ -175,3 +176,29 @@ def test_paired_test_follows_train_label_distribution():
         ptr = np.bincount(ytr[list(tr)], minlength=5) / len(tr)
         pte = np.bincount(yte[list(te)], minlength=5) / max(len(te), 1)
         assert np.abs(ptr - pte).max() < 0.08
+
+
+@pytest.mark.parametrize(("policy", "every", "contributions"), [("last", 1, 1), ("every_n", 2, 3), ("all", 1, 5)])
+def test_server_batch_policy_chooses_the_contributing_batches(policy, every, contributions):
+    model = small_vit()
+    lay = split_layout(model, "patch_embed", "norm")
+    rule = FedVServer(model, lay["server"], mode="exact", lr=0.1, state=SplitServerState(), batch_policy=policy,
+                      batch_every=every, round=0, seed=0)
+    client = Segment(model, {"bottom": lay["bottom"], "top": lay["top"]})
+    batches = _batches(5)
+    with Endpoint(rule, 0).connect(Channel(0, 0)) as srv:
+        for k, (x, y) in enumerate(batches):
+            h = client.run("bottom", x)
+            b = srv.forward(h, final=k == len(batches) - 1).requires_grad_()
+            nn.functional.cross_entropy(client.run("top", b), y).backward()
+            h.backward(srv.backward(b.grad))
+    assert len(rule.sessions[0].staged) == contributions  # every_n=2 over 5 batches: batches 2, 4 and the last
+
+
+def test_client_optimizer_state_persists_only_when_asked():
+    fresh = _run(FedV(batch_size=16, local_epochs=3), rounds=2)
+    assert CLIENT_OPTIMIZER not in fresh.run.client_states[0].stash  # default: a fresh Adam every round
+    kept = _run(FedV(reset_client_optimizer_each_round=False, batch_size=16, local_epochs=3), rounds=2)
+    state = kept.run.client_states[0].stash[CLIENT_OPTIMIZER]
+    # 48 samples / 3 clients / batch 16 = 1 batch x 3 epochs per round: Adam's step count carries over to 6
+    assert state["state"] and all(int(s["step"]) == 6 for s in state["state"].values()), state["state"]

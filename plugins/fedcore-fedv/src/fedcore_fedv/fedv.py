@@ -48,6 +48,8 @@ class FedV:
     lr_client: float = setting(2e-4, low=0.0, low_open=True, help="Adam learning rate of head and tail (App. 0.A.2)")
     client_optimizer: str = setting("adam", choices=("adam", "sgd"))
     client_weight_decay: float = setting(0.0, low=0.0)
+    reset_client_optimizer_each_round: bool = setting(True, help="False: the client's Adam state persists "
+                                                      "across its rounds (kept on the client)")
     lr_server: float = setting(1e-6, low=0.0, help="encoder learning rate (App. 0.A.2); 0 = frozen-encoder control")
     server_optimizer: str = setting("sgd", choices=("sgd", "adam"), help="Alg. 1 l.19 is plain SGD")
     server_lr_decay: float = setting(0.5, low=0.0, high=1.0, low_open=True, help="'decaying rate 0.5'")
@@ -56,8 +58,9 @@ class FedV:
     fedround: int = setting(20, low=1, help="heads and tails are averaged when round % fedround == 0")
     aggregate_scope: str = setting("all", choices=("all", "participants"), help="who receives the average")
     aggregate_weighting: str = setting("uniform", choices=("uniform", "samples"), help="paper: 1/m")
-    server_batch_policy: str = setting("last", choices=("last", "all"),
+    server_batch_policy: str = setting("last", choices=("last", "all", "every_n"),
                                        help="which minibatches contribute to the encoder step (paper: last)")
+    server_batch_every: int = setting(1, low=1, help="every_n: batches n, 2n, ... and the last one contribute")
     head_grad_mode: str = setting("backprop", choices=("backprop", "zo", "frozen"),
                                   help="how the head is trained; 'zo'/'frozen' send no gradient (our extension)")
     head_zo_eps: float = setting(1e-3, low=0.0, low_open=True, help="activation perturbation for head_grad_mode='zo'")
@@ -67,7 +70,7 @@ class FedV:
     zo_distribution: str = setting("gaussian", choices=("gaussian", "rademacher"))
     zo_estimator: str = setting("central", choices=("central", "forward"))
     zo_shared_direction: bool = setting(False, help="one z shared by all clients of a round")
-    record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore_fedv.attack)")
+    record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore.split.inversion)")
 
     def spsa(self) -> SPSA:
         return SPSA(eps=self.zo_eps, num_directions=self.zo_num_directions, distribution=self.zo_distribution,
@@ -78,6 +81,7 @@ class FedV:
         return FedVServer(model, layout["server"], mode=self.server_grad, lr=self.lr_server, state=server_state(ctx),
                           optimizer=self.server_optimizer, decay=self.server_lr_decay, decay_every=every,
                           spsa=self.spsa(), batch_policy=self.server_batch_policy,
+                          batch_every=self.server_batch_every,
                           shared_direction=self.zo_shared_direction, round=ctx.round, seed=ctx.seed,
                           record=self.record_messages)
 
@@ -105,7 +109,8 @@ class FedV:
         metrics = train_split(share, data, ctx, epochs=self.local_epochs, batch_size=self.batch_size,
                               lr=self.lr_client, optimizer=self.client_optimizer,
                               weight_decay=self.client_weight_decay, bottom_grad=self.head_grad_mode,
-                              zo_eps=self.head_zo_eps)
+                              zo_eps=self.head_zo_eps,
+                              keep_optimizer=None if self.reset_client_optimizer_each_round else state)
         remember(share, state)
         sd = share.module.state_dict()
         return ClientUpdate(client_id=client.id, tensors={k: sd[k] for k in share.upload}, num_examples=len(data),

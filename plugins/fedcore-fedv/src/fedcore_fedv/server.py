@@ -30,25 +30,31 @@ class FedVServer(ServerRule):
 
     def __init__(self, model: nn.Module, stages: Sequence[str], *, mode: str, lr: float, state: SplitServerState,
                  optimizer: str = "sgd", decay: float = 1.0, decay_every: int = 1, spsa: SPSA | None = None,
-                 batch_policy: str = "last", shared_direction: bool = False, **kw) -> None:
+                 batch_policy: str = "last", shared_direction: bool = False, batch_every: int = 1, **kw) -> None:
         super().__init__(model, stages, **kw)
         self.name = "fedv-exact" if mode == "exact" else "fedvz-zo"
         self.mode, self.lr, self.state, self.optimizer = mode, lr, state, optimizer
         self.decay, self.decay_every = decay, decay_every
         self.spsa = spsa or SPSA()
         self.batch_policy = batch_policy
+        self.batch_every = max(1, batch_every)
         self.shared_direction = shared_direction
 
     def segment_for(self, client_id: int) -> nn.Module:
         return Segment(self.model, {"server": self.stages}, share=True)  # the encoder is fixed within the round
 
-    def _contributes(self, final: bool) -> bool:
-        return final or self.batch_policy == "all"
+    def _contributes(self, final: bool, step: int | None = None) -> bool:
+        """Whether batch ``step`` (1-based; ``None`` = not known yet, before its forward) contributes."""
+        if final or self.batch_policy == "all":
+            return True
+        if self.batch_policy == "every_n":
+            return step is None or step % self.batch_every == 0
+        return False
 
     # -- FedV: exact gradient --------------------------------------------------------------------
 
     def wants_param_grads(self, session: Session) -> bool:
-        return self.mode == "exact" and self._contributes(session.final)
+        return self.mode == "exact" and self._contributes(session.final, session.steps)
 
     def needs_output_grad(self, final: bool) -> bool:
         return self.mode == "exact" and self._contributes(final)
@@ -60,7 +66,7 @@ class FedVServer(ServerRule):
     # -- FedVZ: loss queries -----------------------------------------------------------------------
 
     def loss_queries(self, session: Session) -> list[torch.Tensor]:
-        if self.mode != "zo" or not self._contributes(session.final) or session.h is None:
+        if self.mode != "zo" or not self._contributes(session.final, session.steps) or session.h is None:
             return []
         if session.scratch.get("queried") == session.steps:
             return []
