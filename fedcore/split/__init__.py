@@ -9,6 +9,7 @@ Pieces, for methods that build their own protocol (FedV, Tree Learning): :class:
 :class:`ServerRule` / :class:`Connection` (the per-batch protocol; every tensor goes through the
 client's channel), :func:`build_share` / :func:`train_split` / :func:`aggregate_split`, the
 :class:`SPSA` estimator and :class:`SplitServerState` (server state kept across rounds). See docs/split.md.
+``fedcore.split.inversion``: a transcript tap, input-reconstruction attacks and their quality metric.
 """
 from fedcore.split.aggregate import aggregate_split
 from fedcore.split.components import SplitFedV1, SplitFedV2, SplitLearning, Turns, VanillaSL, layout_for
