@@ -1,8 +1,8 @@
 """CaFPT vs random few-shot selection (PromptFL) over several draws, with and without label noise (thesis Tab. 6.1, Fig. 6.6).
 
 Micro-scale analogue, NOT the thesis's setting: fedcore's tiny open_clip CLIP self-pre-trained on captioned
-shapes, the shifted 30-class shapes domain; scaled setting of spec 003b §5.4: 20 clients, r = 0.25, 3 random
-classes per client, R rounds, E local epochs, candidate pools of 4N per class, N in {1, 2, 4, 8}, a label-
+shapes, the shifted 30-class shapes domain; scaled down from spec 003b §5.4 (20 clients, r = 0.25, R = 20, E = 5) to 10 clients,
+r = 0.3, 3 random classes per client, R = 10, E = 3, SGD lr 0.002, PVI prompts trained 5 epochs at lr 0.01, candidate pools of 4N per class, N in {1, 2, 4, 8}, a label-
 noise rate rho (labels of the training split flipped to a random other class before partitioning) and
 several draws (each draw re-draws pools, classes and seeds; PromptFL's random N and CaFPT's top-N come from
 the same pools: a paired design, A17). Metric: global test accuracy of the final prompt (A16). Prints the
@@ -42,22 +42,24 @@ def with_label_noise(train: ArrayDataset, rho: float, seed: int) -> ArrayDataset
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/prompt_cafpt")
-    ap.add_argument("--clients", type=int, default=20)
-    ap.add_argument("--fraction", type=float, default=0.25)
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--fraction", type=float, default=0.3)
     ap.add_argument("--classes-per-client", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--pvi-epochs", type=int, default=5)
     ap.add_argument("--shots", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--rho", type=float, nargs="+", default=[0.0, 0.3])
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--pool", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--pvi-lr", type=float, default=0.01)
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     backbone, info = load_pretrained("shapes")
-    clean_train, test = downstream("shapes", n_train_per_class=80)
+    clean_train, test = downstream("shapes", n_train_per_class=160)
     acc: dict[tuple[str, float, int], list[float]] = {}
     clean_frac: dict[tuple[str, float, int], list[float]] = {}
     for rho in args.rho:
@@ -68,8 +70,8 @@ def main() -> None:
                     pipe = promptfl_pipeline(shots=shots, mode="random_classes",
                                              classes_per_client=args.classes_per_client, pool_multiplier=args.pool,
                                              fraction=args.fraction, lr=args.lr, epochs=args.epochs,
-                                             select=CaFPT(shots=shots, select=select, lr=args.lr,
-                                                          pvi_epochs=args.epochs, save_scores=False))
+                                             select=CaFPT(shots=shots, select=select, lr=args.pvi_lr,
+                                                          pvi_epochs=args.pvi_epochs, save_scores=False))
                     model = prompted_clip(backbone, train.classes, n_ctx=16, seed=draw)
                     res = pipe.run(model=model, train=train, test=test, num_clients=args.clients, rounds=args.rounds,
                                    seed=draw, eval_every=args.rounds)
