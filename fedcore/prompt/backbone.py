@@ -196,10 +196,12 @@ class FrozenCLIP(nn.Module):
         return x
 
     def fingerprint(self) -> str:
-        """A cheap identity of the frozen weights (for caches): name and a few parameter sums."""
-        params = list(self.model.parameters())
-        picks = [params[0], params[len(params) // 2], params[-1]]
-        return f"{self.name}:" + ":".join(f"{float(p.double().sum()):.10e}" for p in picks)
+        """A cheap identity of the frozen weights (for caches): name and a few parameter sums, computed once."""
+        if getattr(self, "_fingerprint", None) is None:
+            params = list(self.model.parameters())
+            picks = [params[0], params[len(params) // 2], params[-1]]
+            self._fingerprint = f"{self.name}:" + ":".join(f"{float(p.double().sum()):.10e}" for p in picks)
+        return self._fingerprint
 
 
 def load_backbone(name: str = TINY, *, pretrained: str | None = None, seed: int = 0, **kwargs: Any) -> FrozenCLIP:

@@ -57,9 +57,6 @@ class PromptEval:
         """Client ``client``'s logits on its test features; the default is the global prompt's."""
         return model.logits_from_features(features, text)
 
-    def extra_metrics(self, per_client: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
-        return {}
-
     @fedcore.hookimpl
     def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],
                          states: Mapping[int, ClientState], ctx: Any) -> dict[str, float]:
@@ -102,5 +99,4 @@ class PromptEval:
                 "local_accuracy_min": float(accs.min()),
                 "local_accuracy_local_space": float(np.mean([v["acc_local_space"] for v in per_client.values()])),
             })
-            out.update(self.extra_metrics(per_client))
         return out
