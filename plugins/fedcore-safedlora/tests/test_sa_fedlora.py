@@ -60,6 +60,18 @@ def test_bad_model_or_pattern_fails_before_training():
         run({"plugins": [FAST]}, 2, model=tiny_mlp(num_classes=4))
 
 
+def test_head_pattern_must_match_and_ranks_must_agree():
+    with pytest.raises(ConfigError, match=r"head_pattern='\^classifier' matches no entry .*top-level entries: cls_token"):
+        run({"plugins": [dict(FAST, head_pattern="^classifier")]}, 1)
+    from fedcore.types import ClientUpdate
+
+    component = SAFedLoRA(**{k: v for k, v in FAST.items() if k != "name"})
+    ups = [ClientUpdate(client_id=i, num_examples=5, tensors={"x.lora_A.default.weight": torch.zeros(r, 4)})
+           for i, r in enumerate((2, 3))]
+    with pytest.raises(ValueError, match="all clients of a round must share one rank"):
+        component.fedcore_aggregate(model=vit(), updates=ups, ctx=None)
+
+
 def test_ablation_presets():
     m1 = SAFedLoRA.ablation("M1", r_b=4, t2_rounds=10)
     assert (m1.t1_rounds, m1.r_a, m1.r_b) == (0, 4, 4)

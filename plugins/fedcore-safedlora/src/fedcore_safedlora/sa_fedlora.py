@@ -130,8 +130,12 @@ class SAFedLoRA(Trainer):
         if not has_lora(model):  # fail before any training, not at the stage switch
             targets = find_targets(model, self.lora_target_modules, setting=f"{type(self).__name__}.lora_target_modules")
             check_rank(model, targets, self.r_a, setting=f"{type(self).__name__}.r_a")
-        if self.train_head_in_lora_stage:
-            matching_keys(model, self.head_pattern, setting=f"{type(self).__name__}.head_pattern")
+        if self.train_head_in_lora_stage and not matching_keys(model, self.head_pattern,
+                                                                setting=f"{type(self).__name__}.head_pattern"):
+            tops = ", ".join(dict.fromkeys(k.split(".")[0] for k in model.state_dict()))
+            raise ConfigError(f"{type(self).__name__}.head_pattern={self.head_pattern!r} matches no entry of this "
+                              f"{type(model).__name__} (its top-level entries: {tops}); set it to the classifier's "
+                              f"name or train_head_in_lora_stage=false")
 
     @fedcore.hookimpl
     def fedcore_round_start(self, ctx: Any) -> None:
