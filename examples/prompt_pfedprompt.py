@@ -155,7 +155,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
     for m in METHODS:
         ys = [100 * np.mean(results[(m, s)]) for s in args.shots]
         ax.plot(args.shots, ys, marker="o", label=m, linestyle=":" if "prior" in m else "--" if "oracle" in m else "-")
@@ -164,7 +164,7 @@ def main() -> None:
     ax.set_xlabel("shots per class")
     ax.set_ylabel("local accuracy (%)")
     ax.set_title("pFedPrompt vs baselines (micro scale, setting 1)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(out / "pfedprompt_shots.png", dpi=120)
     print(f"\nwrote {out / 'results.json'} and {out / 'pfedprompt_shots.png'}")
