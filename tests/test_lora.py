@@ -178,3 +178,22 @@ def test_lora_share_without_adapters_is_a_clear_error():
     result = fedcore.Pipeline([LoRAShare()]).run
     with pytest.raises(ValueError, match="has no LoRA adapters"):
         result(model=small_vit(), train=train, test=test, num_clients=2, rounds=1)
+
+
+def test_timm_swin_gets_the_same_default_targets():
+    from timm.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    model = SwinTransformer(img_size=16, patch_size=2, in_chans=1, num_classes=3, window_size=4, embed_dim=16,
+                            depths=(1, 1), num_heads=(1, 2)).eval()
+    x = torch.randn(2, 1, 16, 16)
+    before = model(x)
+    targets = inject_lora(model, rank=4, seed=0)
+    assert targets == [f"layers.{s}.blocks.0.{n}" for s in (0, 1) for n in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")]
+    assert torch.allclose(model(x), before, atol=1e-6)
+    randomise_b(model)
+    y = model(x)
+    set_rank(model, 2)
+    set_rank(model, 4)
+    assert current_rank(model) == 4 and model(x).shape == (2, 3)
+    assert not torch.allclose(model(x), y)  # truncation to 2 lost the components beyond rank 2, growing kept BA
