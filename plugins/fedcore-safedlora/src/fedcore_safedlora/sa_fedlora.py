@@ -105,9 +105,11 @@ class SAFedLoRA(Trainer):
 
     @property
     def phase_bounds(self) -> tuple[int, int]:
+        """(t_a, t_b); unset ones default to round(0.025·T2) and round(0.15·T2) (spec §7 item 2), kept in order."""
         t_a = round(0.025 * self.t2_rounds) if self.t_a is None else self.t_a
-        t_b = min(self.t2_rounds - 1, round(0.15 * self.t2_rounds)) if self.t_b is None else self.t_b
-        return t_a, max(t_b, t_a) if self.t_b is None else t_b
+        if self.t_b is not None:
+            return t_a, self.t_b
+        return t_a, max(t_a, min(self.t2_rounds - 1, round(0.15 * self.t2_rounds)))
 
     @property
     def rank_schedule(self) -> RankSchedule:
