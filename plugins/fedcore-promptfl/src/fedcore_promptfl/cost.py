@@ -53,8 +53,14 @@ def system_cost(*, params: float, rounds: int = 100, batch: int = 32, epochs: in
 
 @lru_cache(maxsize=None)
 def clip_counts(name: str) -> dict[str, int]:
-    """Real parameter counts of an open_clip architecture (built with random weights, nothing downloaded)."""
-    return parameter_counts(create_clip(name, pretrained=None))
+    """Real parameter counts of an open_clip architecture (built once with random weights, nothing downloaded),
+    with its text token width and joint embedding width."""
+    model = create_clip(name, pretrained=None)
+    tower = model.text if hasattr(model, "text") else model
+    counts = parameter_counts(model)
+    counts["token_width"] = int(tower.token_embedding.weight.shape[1])
+    counts["embed_dim"] = int(getattr(model.visual, "output_dim", counts["token_width"]))
+    return counts
 
 
 def prompt_ratios(name: str, *, n_ctx: int = 16, num_classes: int = 1, csc: bool = False, prompt_bytes: int = 4,
@@ -65,10 +71,7 @@ def prompt_ratios(name: str, *, n_ctx: int = 16, num_classes: int = 1, csc: bool
     adds a linear head to the image tower (the fine-tune baseline).
     """
     counts = clip_counts(name)
-    model = create_clip(name, pretrained=None)
-    tower = model.text if hasattr(model, "text") else model
-    d = int(tower.token_embedding.weight.shape[1])
-    embed = int(model.visual.output_dim) if hasattr(model.visual, "output_dim") else d
+    d, embed = counts["token_width"], counts["embed_dim"]
     prompt = n_ctx * d * (num_classes if csc else 1)
     image_ft = counts["image"] + head_classes * (embed + 1)
     return {
