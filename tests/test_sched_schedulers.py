@@ -53,11 +53,15 @@ def test_sync_waits_for_everyone_without_a_deadline():
 def test_sync_deadline_drops_stragglers_each_round():
     fast, slow = durations()
     deadline = (fast + slow) / 2
-    h = run(UniformSync(deadline=deadline)).history
+    result = run(UniformSync(deadline=deadline))
+    h, ledger = result.history, result.ledger
     for i, r in enumerate(h):
         assert r["clients"] == [0, 1, 2, 3]
         assert r["cancelled"] == [4, 5]
         assert r["virtual_time"] == pytest.approx(deadline * (i + 1))
+        for c in (4, 5):  # a cancelled straggler downloaded its share but never uploaded
+            assert ledger.total(round=i, client=c, direction="down") > 0
+            assert ledger.total(round=i, client=c, direction="up") == 0
     assert "max_staleness" not in h[-1]  # synchronous: nothing stale is ever aggregated
 
 

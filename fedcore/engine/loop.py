@@ -28,7 +28,7 @@ from fedcore.engine.client_job import ClientJob, JobResult
 from fedcore.engine.context import RoundContext, RunContext
 from fedcore.engine.executor import Executor, InlineExecutor
 from fedcore.engine.history import History, RunResult
-from fedcore.engine.network import Channel
+from fedcore.engine.network import Channel, Transfer
 from fedcore.engine.validate import update_problem
 from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.rng import derive_seed, numpy_generator
@@ -76,6 +76,7 @@ class InFlight:
     update: ClientUpdate | None = None
     error: str | None = None
     upload: tuple[str, ...] = ()
+    rows: tuple[dict[str, Any], ...] = ()  # the job's transfers after its download, booked on arrival
 
 
 def check_partition(partition: Partition, num_clients: int, train_size: int) -> None:
@@ -267,17 +268,17 @@ class Engine:
         results = self.executor.run([job for job, _, _ in built])
         for (job, share, sent_before), result in zip(built, results):
             plan = plans[result.client_id]
-            if plan.outcome == "dropout":  # only the download happened; the client's state is not committed
-                run.ledger.merge(result.rows[:sent_before])
-            else:
+            run.ledger.merge(result.rows[:sent_before])  # the download happened now
+            later: tuple[dict[str, Any], ...] = ()
+            if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
                 run.client_states[result.client_id] = result.state
-                run.ledger.merge(result.rows)
+                later = tuple(attrs.asdict(r) for r in result.rows[sent_before:])
             duration = self.clock.duration(job.client, result, share=share, round=ctx.round) if self.clock else 0.0
             if plan.outcome == "dropout":
                 duration *= plan.fraction
             item = InFlight(arrival=self.now + duration, client_id=result.client_id, dispatched_at=self.now,
                             version=job.version, outcome=plan.outcome, update=result.update, error=result.error,
-                            upload=tuple(share.upload))
+                            upload=tuple(share.upload), rows=later)
             heapq.heappush(self.in_flight, (item.arrival, item.client_id, item))
 
     def _fault_plan(self, client: ClientInfo, round: int, seed: int) -> Any:
@@ -313,7 +314,10 @@ class Engine:
             refill = bool(getattr(self.scheduler, "continuous", False))
 
     def _cancel_stragglers(self) -> None:
-        """Stop the in-flight jobs the policy gives up on (a synchronous deadline); they become idle."""
+        """Stop the in-flight jobs the policy gives up on (a synchronous deadline); they become idle.
+
+        Their uploads never happen, so they are never booked in the ledger; their downloads are.
+        """
         cancel = getattr(self.scheduler, "cancel", None)
         if cancel is None or not self.in_flight:
             return
@@ -335,6 +339,7 @@ class Engine:
         run = self.run_ctx
         cid = item.client_id
         self.busy_s[cid] += item.arrival - item.dispatched_at
+        run.ledger.merge([Transfer(**r) for r in item.rows])  # the upload (even a lost one) was sent
         if item.outcome in ("dropout", "lost"):  # the server never receives anything
             self.events[item.outcome].append(cid)
             log.info("round %s: client %s %s", ctx.round, cid,
@@ -355,8 +360,8 @@ class Engine:
             self.events["rejected"].append({"client": cid, "reason": problem})
             log.warning("round %s: rejected the update of client %s: %s", ctx.round, cid, problem)
         else:
-            self.arrived.append(attrs.evolve(update, staleness=run.server.version - update.version))
-            self.arrival_times[cid] = item.arrival - item.dispatched_at
+            self.arrival_times[len(self.arrived)] = item.arrival - item.dispatched_at  # keyed by position: a
+            self.arrived.append(attrs.evolve(update, staleness=run.server.version - update.version))  # client may repeat
         self.hooks.fedcore_client_done(client=client, update=update, ctx=ctx)
 
     def _runtime_metrics(self) -> dict[str, Any]:
