@@ -18,8 +18,6 @@ from typing import Any
 import attrs
 import torch
 from torch import nn
-from torch.utils import flop_counter
-from torch.utils.flop_counter import FlopCounterMode
 
 from fedcore.errors import ConfigError
 from fedcore.types import Share
@@ -28,10 +26,14 @@ aten = torch.ops.aten
 
 
 def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils import flop_counter
+
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
 def _cpu_sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils import flop_counter
+
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
@@ -102,6 +104,8 @@ def _tensor_leaves(out: Any) -> list[torch.Tensor]:
 
 def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch)."""
+    from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
+
     batch = int(example.shape[0])
     work = copy.deepcopy(module)
     work.train()
