@@ -24,12 +24,13 @@ JOB = textwrap.dedent("""
     import json, sys
     import torch
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     import fedcore
     from fedcore.data import load_digits
     train, test = load_digits(seed=0)
     pipe = fedcore.Pipeline.from_config({
         "partition": {"name": "iid"},
-        "local_update": {"name": "sgd", "lr": 0.1},
+        "local_update": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
         "aggregate": {"name": "trimmed-mean", "beta": 0.2},
     })
     model = fedcore.plugins.lookup("tiny-mlp", kind="model").obj(num_classes=10)
