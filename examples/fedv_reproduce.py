@@ -167,7 +167,8 @@ def write(a: argparse.Namespace, table: dict, priv: dict, info: dict, seconds: f
         r = priv[m]
         grad = (f"{r['gradient']['psnr']:.1f} / {r['gradient']['ssim']:.2f} ({r['gradient']['label_accuracy']:.0%})"
                 if "gradient" in r else "no gradient sent")
-        loss = (f"{r['losses']['psnr']:.1f} / {r['losses']['ssim']:.2f} ({r['losses']['values_seen']} values)"
+        loss = (f"{r['losses']['psnr']:.1f} / {r['losses']['ssim']:.2f} ({r['losses']['values_seen']} values, "
+                f"labels {r['losses']['label_accuracy']:.0%})"
                 if "losses" in r else "-")
         b = r["baselines"]
         lines.append(f"| {m} | {', '.join(f'{k} {v}' for k, v in r['messages'].items())} | "
@@ -199,7 +200,8 @@ def figure(a: argparse.Namespace, table: dict, priv: dict, path: Path) -> None:
         ax.set_xlabel("round")
         ax.set_ylim(0, 1)
     fig.axes[0].legend(fontsize=7)
-    rows = list(imgs)
+    order = ("true", "smashed (every method)", "gradient (FedV)", "losses only (FedVZ strict)")
+    rows = [k for k in order if k in imgs]
     for r, name in enumerate(rows):
         for c in range(n):
             ax = fig.add_subplot(2 * len(rows), n, (len(rows) + r) * n + c + 1)
