@@ -59,7 +59,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     backbone, info = load_pretrained("shapes")
-    clean_train, test = downstream("shapes", n_train_per_class=160)
+    clean_train, test = downstream("shapes", n_train_per_class=240)
     acc: dict[tuple[str, float, int], list[float]] = {}
     clean_frac: dict[tuple[str, float, int], list[float]] = {}
     for rho in args.rho:
