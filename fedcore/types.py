@@ -67,7 +67,9 @@ class Share:
     or the base weights under LoRA, are not sent again). ``upload`` names what the client sends back.
     ``endpoint`` is the server side of a split model (split learning); ``None`` when the client
     holds everything it runs. ``meta`` records the shape of the share (cut layer, rank, mask)
-    for the cost model and the history.
+    for the cost model and the history, and reaches the aggregator as ``ClientUpdate.meta`` (a sliced
+    submodel's index map, a client's LoRA rank). ``kinds`` labels entries that are not weights (features,
+    logits) with their ledger kind; unlisted entries cross as ``weights``.
     """
 
     module: nn.Module
@@ -75,6 +77,7 @@ class Share:
     upload: tuple[str, ...] = attrs.field(converter=tuple)
     endpoint: Any = None
     meta: Mapping[str, Any] = attrs.field(factory=dict)
+    kinds: Mapping[str, str] = attrs.field(factory=dict)
 
     def trainable(self) -> tuple[str, ...]:
         return tuple(n for n, p in self.module.named_parameters() if p.requires_grad)
@@ -98,7 +101,8 @@ class ClientUpdate:
     ``tensors`` are the new values of the uploaded entries (not deltas), ``base`` the values the
     client started from (so aggregators that need deltas, such as FedBuff, can form them without
     the engine keeping copies), ``num_examples`` the weight for sample-weighted averaging.
-    ``version`` is the global version the client started from; the engine sets ``staleness``.
+    ``version`` is the global version the client started from; the engine sets ``staleness`` and copies
+    the share's ``meta`` under the update's own ``meta`` (the update's keys win).
     """
 
     client_id: int
@@ -108,6 +112,7 @@ class ClientUpdate:
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     version: int = 0
     staleness: int = 0
+    meta: Mapping[str, Any] = attrs.field(factory=dict)
 
     def delta(self) -> TensorDict:
         """``tensors - base`` for every uploaded entry that has a base value."""

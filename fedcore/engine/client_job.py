@@ -14,7 +14,7 @@ import attrs
 import torch
 
 from fedcore.engine.context import RoundContext
-from fedcore.engine.network import Channel, Transfer
+from fedcore.engine.network import Channel, Transfer, send_entries
 from fedcore.runtime.meter import count_samples
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share, TensorDict
 
@@ -76,8 +76,9 @@ def run_client_job(hooks: Hooks, job: ClientJob, dataset: Any) -> JobResult:
             data = ClientData(dataset=dataset, indices=indices)
             update = hooks.fedcore_local_update(client=job.client, share=job.share, data=data, state=job.state, ctx=ctx)
         base = {k: job.downloaded[k] for k in update.tensors if k in job.downloaded}
-        sent = channel.up("weights", update.tensors)
-        update = attrs.evolve(update, tensors=sent, base=base, version=job.version, client_id=job.client.id)
+        sent = send_entries(channel.up, update.tensors, job.share.kinds)
+        update = attrs.evolve(update, tensors=sent, base=base, version=job.version, client_id=job.client.id,
+                              meta={**job.share.meta, **update.meta})
         job.state.rounds_participated += 1
         error = None
     except Exception:  # a client failure is reported, never a crash of the run

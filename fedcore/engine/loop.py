@@ -28,7 +28,7 @@ from fedcore.engine.client_job import ClientJob, JobResult
 from fedcore.engine.context import RoundContext, RunContext
 from fedcore.engine.executor import Executor, InlineExecutor
 from fedcore.engine.history import History, RunResult
-from fedcore.engine.network import Channel, Transfer
+from fedcore.engine.network import Channel, Transfer, send_entries
 from fedcore.engine.validate import update_problem
 from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.rng import derive_seed, numpy_generator
@@ -182,7 +182,7 @@ class Engine:
         missing = sorted(set(share.download) - set(own))
         if missing:
             raise MissingSlotError(f"share of client {client.id} downloads entries its module does not have: {missing[:8]}")
-        downloaded = channel.down("weights", {k: own[k] for k in share.download})
+        downloaded = send_entries(channel.down, {k: own[k] for k in share.download}, share.kinds)
         with torch.no_grad():
             for k, v in downloaded.items():
                 own[k].copy_(v)

@@ -43,6 +43,22 @@ def _copy(payload: P) -> P:
     return payload
 
 
+def send_entries(send: Any, entries: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """Send named entries with ``send`` (a channel's ``up`` or ``down``), one message per ledger kind.
+
+    Entries not named in ``kinds`` go as ``weights``; the result keeps the entries' order.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for name, value in entries.items():
+        groups.setdefault(kinds.get(name, "weights"), {})[name] = value
+    received: dict[str, Any] = {}
+    for kind, group in groups.items():
+        received.update(send(kind, group))
+    if not groups:
+        send("weights", {})
+    return {name: received[name] for name in entries}
+
+
 @attrs.frozen(kw_only=True)
 class Transfer:
     """One message: who, which round, which way, what kind, how many bytes."""
