@@ -15,47 +15,19 @@ import numpy as np
 import torch
 
 import fedcore
+from fedcore.builtin.continuous_policy import ContinuousRounds, resolve_concurrency
 from fedcore.builtin.fedavg import weighted_mean
 from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
-from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientInfo, ClientUpdate, TensorDict
 
 
-def fill_to(concurrency: int, idle: Sequence[int], busy: Sequence[int], rng: np.random.Generator) -> list[int]:
-    """Enough idle clients, drawn uniformly, to have ``concurrency`` busy; in id order."""
-    k = min(max(0, concurrency - len(busy)), len(idle))
-    if k == 0:
-        return []
-    return sorted(int(c) for c in rng.choice(np.asarray(idle), size=k, replace=False))
-
-
-def resolve_concurrency(owner: str, concurrency: int | None, clients: Sequence[ClientInfo]) -> int:
-    n = len(clients)
-    if concurrency is None:
-        return n
-    if concurrency > n:
-        raise ConfigError(f"{owner}.concurrency={concurrency} is more than the {n} clients")
-    return concurrency
-
-
 @attrs.define(kw_only=True)
-class AsyncRounds:
+class AsyncRounds(ContinuousRounds):
     """Policy: keep ``concurrency`` clients training; aggregate each arrival alone."""
-
-    concurrency: int
-    max_staleness: int | None = None
-    continuous = True  # the engine refills after every arrival, not only after aggregating
-
-    def dispatch(self, *, round: int, now: float, idle: Sequence[int], busy: Sequence[int],
-                 rng: np.random.Generator) -> list[int]:
-        return fill_to(self.concurrency, idle, busy, rng)
 
     def ready(self, *, now: float, arrived: Sequence[ClientUpdate], busy: Sequence[int], since: float) -> bool:
         return len(arrived) >= 1
-
-    def accepts(self, update: ClientUpdate, *, version: int) -> bool:
-        return self.max_staleness is None or version - update.version <= self.max_staleness
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import fedcore
-from fedcore.builtin.fedasync import fill_to, resolve_concurrency
+from fedcore.builtin.continuous_policy import ContinuousRounds, resolve_concurrency
 from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
@@ -23,23 +23,13 @@ from fedcore.types import AggregateResult, ClientInfo, ClientUpdate, TensorDict
 
 
 @attrs.define(kw_only=True)
-class BufferedRounds:
+class BufferedRounds(ContinuousRounds):
     """Policy: keep ``concurrency`` clients training; aggregate when ``buffer_size`` updates arrived."""
 
     buffer_size: int
-    concurrency: int
-    max_staleness: int | None = None
-    continuous = True  # the engine refills after every arrival, not only after aggregating
-
-    def dispatch(self, *, round: int, now: float, idle: Sequence[int], busy: Sequence[int],
-                 rng: np.random.Generator) -> list[int]:
-        return fill_to(self.concurrency, idle, busy, rng)
 
     def ready(self, *, now: float, arrived: Sequence[ClientUpdate], busy: Sequence[int], since: float) -> bool:
         return len(arrived) >= self.buffer_size
-
-    def accepts(self, update: ClientUpdate, *, version: int) -> bool:
-        return self.max_staleness is None or version - update.version <= self.max_staleness
 
 
 @attrs.frozen(eq=False, kw_only=True)
