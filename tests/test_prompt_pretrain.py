@@ -6,15 +6,13 @@ import torch
 
 from fedcore.prompt.captioned import captions, digits_datasets, shape_classnames, shapes_dataset
 from fedcore.prompt.pretrain import cache_path, pretrain_tiny_clip
+from fedcore.prompt.testing import one_thread
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_thread():
+        yield
 
 
 def test_pretraining_is_deterministic_cached_and_learns(tmp_path, monkeypatch):

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,23 +20,16 @@ from fedcore.prompt import (
     prompted_clip,
     train_prompt,
 )
+from fedcore.prompt import testing as helpers
+from fedcore.prompt.testing import one_thread
 from fedcore.stash import Stash
 from fedcore.testing import parametrize_with_checks
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-_spec = importlib.util.spec_from_file_location("prompt_helpers", Path(__file__).with_name("prompt_helpers.py"))
-helpers = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("prompt_helpers", helpers)
-_spec.loader.exec_module(helpers)
+    with one_thread():
+        yield
 
 
 def backbone_hash(model) -> str:

@@ -8,45 +8,25 @@ import pytest
 import torch
 
 import fedcore
-from fedcore.prompt import load_backbone, prompted_clip
-from fedcore.prompt.captioned import shapes_dataset
-from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
+from fedcore.prompt import prompted_clip
+from fedcore.prompt.testing import PROMPT_FIXTURE, one_thread, shapes_data
+from fedcore.prompt.testing import tiny_backbone as backbone
+from fedcore.testing import parametrize_with_checks
 from fedcore_promptfl import PromptFL, clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread is many times faster (spec 003b §5.1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-_BACKBONE = []
-
-
-def backbone():
-    if not _BACKBONE:
-        _BACKBONE.append(load_backbone("fedcore-tiny-clip", seed=0))
-    return _BACKBONE[0]
-
-
-def tiny_prompted():
-    return prompted_clip(backbone(), [f"class{i}" for i in range(4)], n_ctx=4)
+    with one_thread():
+        yield
 
 
 def data(classes=6, n_train=6, n_test=3):
-    tr = shapes_dataset(n_train, stream="p-train", noise=0.2)
-    te = shapes_dataset(n_test, stream="p-test", noise=0.2)
-    keep = lambda ds: ds.subset([i for i in range(len(ds)) if int(ds.y[i]) < classes])
-    tr2, te2 = keep(tr), keep(te)
-    tr2.classes = te2.classes = tr.classes[:classes]
-    return tr2, te2
+    return shapes_data(n_train, n_test, classes, stream="p")
 
 
 @parametrize_with_checks([PromptFL(epochs=1, lr=0.01), PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)],
-                         fixture=ContractFixture(model_factory=tiny_prompted, data_factory=tiny_data))
+                         fixture=PROMPT_FIXTURE)
 def test_contract(component, check):
     check(component)
 
