@@ -1,6 +1,5 @@
 """Entry point ``safedlora`` (group ``fedcore``): registers the components. Imports classes only, does no work."""
 import fedcore
-from fedcore.lora import LoRAShare
 from fedcore_safedlora import models
 from fedcore_safedlora.baselines import FedAvgScratch, FedBit, FedFFT, FedPer, Local, PersonalEval
 from fedcore_safedlora.sa_fedlora import FedLoRA, SAFedLoRA
@@ -16,6 +15,5 @@ def fedcore_register_components(registry):
     registry.add("fedper", FedPer)
     registry.add("local", Local)
     registry.add("personal-eval", PersonalEval)
-    registry.add("lora-share", LoRAShare)
     registry.add_model("safedlora.micro-vit-pretrained", models.pretrained_micro_vit)
     registry.add_dataset("safedlora.digits-target", models.target_digits)
