@@ -1,0 +1,41 @@
+"""The self-pre-trained micro backbones: deterministic by seed, cached, re-headed for a disjoint target task."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedcore.models.pretrain import cache_root, pretrain, pretrained_for_target, retarget
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_pretrain_is_deterministic_learns_and_is_cached(cache):
+    a, info = pretrain("micro-cnn", epochs=4, lr=1e-2, seed=1, model_kwargs={"width": 8})
+    b, _ = pretrain("micro-cnn", epochs=4, lr=1e-2, seed=1, model_kwargs={"width": 8}, cache=False)
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(va, vb), f"{k} differs between two pre-trainings with one seed"
+    assert info["source_accuracy"] > 0.5  # five source classes: chance is 0.2
+    assert (cache_root() / f"{info['path'].split('/')[-1]}").exists() and str(cache) in info["path"]
+    c, again = pretrain("micro-cnn", epochs=4, lr=1e-2, seed=1, model_kwargs={"width": 8})  # from the cache
+    assert again == info and all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+
+
+def test_pretrained_for_target_gets_a_fresh_head_and_keeps_the_body(cache):
+    source, _ = pretrain("micro-vit", epochs=1, model_kwargs={"depth": 1})
+    target, info = pretrained_for_target("micro-vit", epochs=1, model_kwargs={"depth": 1}, target_classes=(5, 6, 7))
+    assert target.head.out_features == 3 and info["source_classes"] == [0, 1, 2, 3, 4]
+    body = {k: v for k, v in source.state_dict().items() if not k.startswith("head")}
+    assert all(torch.equal(v, target.state_dict()[k]) for k, v in body.items())
+
+
+def test_overlapping_source_and_target_and_unknown_models_are_refused(cache):
+    with pytest.raises(ValueError, match="overlap on \\[4\\]"):
+        pretrained_for_target("tiny-mlp", target_classes=(4, 5), epochs=1)
+    with pytest.raises(ValueError, match="choose one of: micro-vit, micro-cnn, tiny-mlp"):
+        pretrain("resnet9000", epochs=1)
+    with pytest.raises(TypeError, match="replace the head"):
+        retarget(torch.nn.Identity(), 3)
