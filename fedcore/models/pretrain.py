@@ -57,7 +57,7 @@ def pretrain(model: str = "micro-vit", *, source_classes: tuple[int, ...] = SOUR
 
     Returns the model with its source head and an info dict (source accuracy, cache path, settings).
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from fedcore.data.arrays import batches
     from fedcore.data.digits import load_digits
@@ -98,12 +98,19 @@ def pretrain(model: str = "micro-vit", *, source_classes: tuple[int, ...] = SOUR
     info = dict(settings, source_accuracy=acc, path=str(path),
                 note="pre-trained by fedcore on a disjoint source task (digits of source_classes); no external weights")
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
-        path.with_suffix(".json").write_text(json.dumps(info, indent=1))
-        os.replace(tmp, path)
+        write_cached(path, net.state_dict(), info)
     return net, info
+
+
+def write_cached(path: Path, state: dict[str, torch.Tensor], info: dict[str, Any]) -> None:
+    """Write ``state`` as safetensors and ``info`` as JSON beside it; the weights file appears atomically, last."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+    path.with_suffix(".json").write_text(json.dumps(info, indent=1))
+    os.replace(tmp, path)
 
 
 def pretrained_for_target(model: str = "micro-vit", *, target_classes: tuple[int, ...] = TARGET_CLASSES,

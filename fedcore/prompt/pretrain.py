@@ -15,7 +15,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,8 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from fedcore.models.pretrain import cache_root, write_cached
 from fedcore.prompt.backbone import TINY, FrozenCLIP, create_clip, get_tokenizer
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("FEDCORE_CACHE", Path.home() / ".cache" / "fedcore")) / "pretrained"
 
 
 def _settings(dataset: str, steps: int, batch_size: int, lr: float, seed: int, n_per_class: int) -> dict[str, Any]:
@@ -49,7 +45,7 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
                        seed: int = 0, n_per_class: int = 200, cache: bool = True, verbose: bool = False
                        ) -> tuple[FrozenCLIP, dict[str, Any]]:
     """Pre-train (or load from the cache) the tiny CLIP; returns it frozen, with an info dict."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from fedcore.prompt.captioned import captions, downstream, pretraining_set
     from fedcore.prompt.features import encode_all
@@ -105,11 +101,7 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
     for split, ds in (("pretrain", data), ("downstream_test", downstream(dataset, seed=seed)[1])):
         info[f"zero_shot_{split}"] = zero_shot_accuracy(frozen, ds, dataset)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
-        path.with_suffix(".json").write_text(json.dumps(info, indent=1))
-        os.replace(tmp, path)
+        write_cached(path, model.state_dict(), info)
     return frozen, info
 
 
