@@ -32,11 +32,10 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.builtin import FedAvg, SGDUpdate, UniformSync
+from fedcore.builtin import FedAvg, GivenPartition, SGDUpdate, UniformSync
 from fedcore.data import load_digits
 from fedcore.models import micro_cnn
 from fedcore.rng import torch_generator
-from fedcore.types import Partition
 
 
 @attrs.frozen(kw_only=True)
@@ -118,17 +117,6 @@ def run_torch(s: Setup) -> dict[str, Any]:
 
 
 # -- fedcore -----------------------------------------------------------------------------------
-
-@attrs.frozen(eq=False, kw_only=True)
-class GivenPartition:
-    """Hands the engine the benchmark's precomputed partition."""
-
-    parts: tuple
-
-    @fedcore.hookimpl
-    def fedcore_partition(self, dataset, num_clients):
-        return Partition(train=self.parts)
-
 
 def run_fedcore(s: Setup) -> dict[str, Any]:
     pipe = fedcore.Pipeline([GivenPartition(parts=s.parts), UniformSync(fraction=1.0),

@@ -4,6 +4,7 @@ from fedcore.testing import parametrize_with_checks
 
 COMPONENTS = [
     builtin.IIDPartition(),
+    builtin.GivenPartition(parts=[range(0, 32), range(32, 64), range(64, 96)]),
     builtin.DirichletPartition(alpha=0.5, min_size=5),
     builtin.ShardPartition(classes_per_client=2),
     builtin.FewShotPartition(shots=2),

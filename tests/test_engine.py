@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.builtin import DirichletPartition, FedAvg, SGDUpdate, UniformSync, weighted_mean
+from fedcore.builtin import DirichletPartition, FedAvg, GivenPartition, SGDUpdate, UniformSync, weighted_mean
 from fedcore.errors import ConfigError
 from fedcore.stash import StashKey
 from fedcore.testing import ContractFixture, HookRecorder, run_tiny_pipeline, tiny_data
-from fedcore.types import AggregateResult, Partition
+from fedcore.types import AggregateResult
 
 
 def bn_model() -> nn.Module:
@@ -136,17 +136,6 @@ def test_more_clients_than_samples():
         fedcore.Pipeline([]).run(model=bn_model(), train=train, test=test, num_clients=9, rounds=1)
 
 
-@attrs.frozen(eq=False, kw_only=True)
-class FixedPartition:
-    """Hands out a fixed partition (to test the engine's checks)."""
-
-    parts: tuple
-
-    @fedcore.hookimpl
-    def fedcore_partition(self, dataset, num_clients):
-        return Partition(train=self.parts)
-
-
 @pytest.mark.parametrize(("parts", "message"), [
     (((0, 1, 2), ()), r"the partition leaves client 1 with no training samples; use fewer clients \(num_clients=2\)"),
     (((0, 1), (2, 500)), r"client 1 has sample indices outside the training set of 96: \[500\]"),
@@ -154,7 +143,7 @@ class FixedPartition:
 ])
 def test_bad_partitions_are_clear_errors(parts, message):
     with pytest.raises(ConfigError, match=message):
-        run_tiny_pipeline([FixedPartition(parts=parts)], num_clients=2, rounds=1)
+        run_tiny_pipeline([GivenPartition(parts=parts)], num_clients=2, rounds=1)
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -6,6 +6,7 @@ from fedcore.builtin.local_sgd import SGDUpdate
 from fedcore.builtin.partitioners import (
     DirichletPartition,
     FewShotPartition,
+    GivenPartition,
     IIDPartition,
     QuantitySkewPartition,
     ShardPartition,
@@ -20,7 +21,7 @@ from fedcore.builtin.whole_model import WholeModel, working_copy
 __all__ = [
     "AsyncRounds", "AsyncSchedule", "BufferedRounds", "BufferedSchedule", "FedAsyncMix", "FedBuffStep",
     "SemiAsyncRounds", "SemiAsyncSchedule", "staleness_weight",
-    "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GlobalEval", "IIDPartition",
+    "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GivenPartition", "GlobalEval", "IIDPartition",
     "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
     "accuracy_and_loss", "weighted_mean", "working_copy",
 ]

@@ -13,6 +13,7 @@ def fedcore_register_components(registry):
     registry.add("shards", builtin.ShardPartition)
     registry.add("fewshot", builtin.FewShotPartition)
     registry.add("quantity-skew", builtin.QuantitySkewPartition)
+    registry.add("given", builtin.GivenPartition)
     registry.add("fedavg", builtin.FedAvg)
     registry.add("sgd", builtin.SGDUpdate)
     registry.add("whole-model", builtin.WholeModel)
