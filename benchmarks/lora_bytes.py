@@ -11,7 +11,7 @@ import torch
 
 import fedcore
 from fedcore.data import synthetic_classification
-from fedcore.lora import inject_lora, lora_numel_per_rank
+from fedcore_lora import inject_lora, lora_numel_per_rank
 from fedcore.models import micro_vit
 
 S = 5

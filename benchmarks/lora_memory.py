@@ -25,7 +25,7 @@ def child(mode: str, steps: int, rank: int) -> None:
     import torch
     from torch import nn
 
-    from fedcore.lora import inject_lora
+    from fedcore_lora import inject_lora
     from fedcore.models import micro_vit
 
     torch.set_num_threads(1)

@@ -19,9 +19,9 @@ from torch.nn import functional as F
 
 from fedcore import Pipeline
 from fedcore.builtin import FedAvg, FewShotPartition, SGDUpdate, UniformSync, WholeModel
-from fedcore.prompt import PromptedCLIP, load_backbone, prompted_clip
-from fedcore.prompt.backbone import get_tokenizer
-from fedcore.prompt.captioned import downstream
+from fedcore_clip import PromptedCLIP, load_backbone, prompted_clip
+from fedcore_clip.backbone import get_tokenizer
+from fedcore_clip.captioned import downstream
 from fedcore_promptfl import clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline
 
 
@@ -47,7 +47,7 @@ class FullCLIPClassifier(nn.Module):
 
 def time_update(model: PromptedCLIP, train, *, cache: bool, shots: int, epochs: int, repeats: int = 3) -> float:
     pipe = promptfl_pipeline(shots=shots, mode="iid", epochs=epochs, lr=0.01)
-    from fedcore.prompt import PromptUpdate
+    from fedcore_clip import PromptUpdate
 
     pipe = pipe.replace(local_update=PromptUpdate(lr=0.01, epochs=epochs, cache_features=cache))
     best = float("inf")

@@ -7,7 +7,7 @@ For each model size (the micro ViT of the examples, and a ViT-S-sized timm Visio
 twice, side by side on the same batches:
 
 * FedAvg client: forward + backward of the whole model, Adam step;
-* FedV client: exactly the client's side of ``fedcore.split.train_split`` (head forward, tail forward
+* FedV client: exactly the client's side of ``fedcore_split.train_split`` (head forward, tail forward
   and backward on the server output ``b``, head backward with the returned ``dL/dh``), Adam step on
   head + tail. The server's encoder work is not the client's and is not counted (it is printed apart).
 
@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedcore.models import micro_vit
-from fedcore.split import Segment, split_layout
+from fedcore_split import Segment, split_layout
 
 
 class SavedBytes:

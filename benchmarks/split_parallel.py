@@ -33,7 +33,7 @@ from fedcore.builtin import IIDPartition, UniformSync
 from fedcore.data import load_digits
 from fedcore.engine.client_job import run_client_job
 from fedcore.models import micro_vit
-from fedcore.split import SplitFedV1, VanillaSL
+from fedcore_split import SplitFedV1, VanillaSL
 
 
 class ThreadExecutor:

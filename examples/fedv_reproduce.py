@@ -26,8 +26,8 @@ from fedcore.builtin import DirichletPartition, FedAvg, SGDUpdate, ShardPartitio
 from fedcore.data import load_digits
 from fedcore.models import micro_vit
 from fedcore.models.pretrain import pretrained_for_target
-from fedcore.split import SplitEval, SplitFedV1, SplitFedV2, layout_for
-from fedcore.split import inversion as inv
+from fedcore_split import SplitEval, SplitFedV1, SplitFedV2, layout_for
+from fedcore_fedv import inversion as inv
 from fedcore_fedv import FedV, FedVZ, PairedTest
 
 # FedV Table 2 (CIFAR-10, DeiT-S for FedV/FedVZ, ResNet-50-GN for FedAvg), mean of 3 seeds, as printed

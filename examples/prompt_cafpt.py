@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from fedcore.data.arrays import ArrayDataset
-from fedcore.prompt import prompted_clip
-from fedcore.prompt.captioned import downstream
-from fedcore.prompt.pretrain import load_pretrained
+from fedcore_clip import prompted_clip
+from fedcore_clip.captioned import downstream
+from fedcore_clip.pretrain import load_pretrained
 from fedcore.rng import numpy_generator
 from fedcore_cafpt import SELECTION, CaFPT
 from fedcore_promptfl import promptfl_pipeline

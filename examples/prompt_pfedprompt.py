@@ -26,9 +26,9 @@ import torch
 import fedcore
 from fedcore import Pipeline
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
-from fedcore.prompt import PromptEval, PromptShare, PromptUpdate, prompted_clip
-from fedcore.prompt.captioned import downstream
-from fedcore.prompt.pretrain import load_pretrained
+from fedcore_clip import PromptEval, PromptShare, PromptUpdate, prompted_clip
+from fedcore_clip.captioned import downstream
+from fedcore_clip.pretrain import load_pretrained
 from fedcore_pfedprompt import PersonalPromptEval, PFedPromptEval, PromptAMP, PromptFLFineTune, PromptPer, PromptProx
 
 METHODS = ("PromptFL", "PromptFL+FT", "PromptPer", "PromptProx", "PromptAMP", "pFedPrompt", "pFedPrompt (K×C)",

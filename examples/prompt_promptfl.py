@@ -1,7 +1,7 @@
 """PromptFL vs FedAvg fine-tuning / from scratch (thesis Tables 4.1-4.3, Fig. 4.5), at micro scale.
 
 Micro-scale analogue, NOT the thesis's setting: the backbone is fedcore's tiny open_clip CLIP pre-trained by
-fedcore on captioned synthetic shapes (``python -m fedcore.prompt.pretrain``), the task is the shifted
+fedcore on captioned synthetic shapes (``python -m fedcore_clip.pretrain``), the task is the shifted
 30-class shapes domain, 10 clients, IID (all classes) and non-IID (3 disjoint classes each), N shots per
 class, R rounds of E local epochs. Prints Tables 4.2/4.3-style rows (Acc / macro-F1 / learnable %), the
 per-round bytes from the ledger, Table 4.1 from ``system_cost`` and the real RN50 / ViT-B-16 counts, and
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from fedcore.prompt import macro_f1, prompted_clip
-from fedcore.prompt.captioned import downstream
-from fedcore.prompt.pretrain import load_pretrained
+from fedcore_clip import macro_f1, prompted_clip
+from fedcore_clip.captioned import downstream
+from fedcore_clip.pretrain import load_pretrained
 from fedcore_promptfl import clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
 
 
@@ -74,7 +74,7 @@ def main() -> None:
             rows.append(row)
             curves[(setting, name)] = res.history.column("test_accuracy")
             print(f"{setting:8s} {name:9s} acc {row['acc']:.3f} f1 {row['f1']:.3f} ({row['wall_s']:.0f}s)", flush=True)
-    from fedcore.prompt.pretrain import zero_shot_accuracy
+    from fedcore_clip.pretrain import zero_shot_accuracy
 
     zero_shot = zero_shot_accuracy(backbone, test)
 

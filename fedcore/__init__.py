@@ -9,6 +9,10 @@ __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("fedcore")
 
+from fedcore import _moved  # noqa: E402
+
+_moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 0.3
+
 from fedcore import plugins  # noqa: E402
 from fedcore.engine.network import Channel, Ledger  # noqa: E402
 from fedcore.errors import (  # noqa: E402

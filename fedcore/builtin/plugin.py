@@ -1,9 +1,7 @@
 """Entry point ``builtin`` of the fedcore distribution: registers the built-in components, datasets and models."""
 import fedcore
-import fedcore.split
 from fedcore import builtin
 from fedcore.builtin import datasets_and_models
-from fedcore.lora import LoRAShare
 
 
 @fedcore.hookimpl
@@ -25,6 +23,4 @@ def fedcore_register_components(registry):
     registry.add("fedasync", builtin.FedAsyncMix)
     registry.add("fedbuff", builtin.FedBuffStep)
     registry.add("global-eval", builtin.GlobalEval)
-    registry.add("lora-share", LoRAShare)
-    fedcore.split.register(registry)  # sl, splitfed-v1, splitfed-v2, split-eval
     datasets_and_models.register(registry)

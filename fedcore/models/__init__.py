@@ -1,4 +1,4 @@
-"""Micro backbones for CPU runs, built with timm (``pretrained=False``), and a tiny MLP for unit tests."""
+"""Micro backbones for CPU runs: a plain-torch CNN, a timm ViT (``pretrained=False``; needs timm) and a tiny MLP."""
 from fedcore.models.micro import micro_cnn, micro_vit, tiny_mlp
 
 __all__ = ["micro_cnn", "micro_vit", "tiny_mlp"]

@@ -11,10 +11,11 @@ from fedcore import Channel, ConfigError, Pipeline
 from fedcore.builtin import IIDPartition, ShardPartition
 from fedcore.data import labels_of, load_digits
 from fedcore.models import micro_vit
-from fedcore.split import SPSA, Endpoint, Segment, SplitEval, SplitServerState, split_layout
-from fedcore.split.train import CLIENT_OPTIMIZER
+from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
+from fedcore_split.train import CLIENT_OPTIMIZER
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_fedv import FedV, FedVServer, FedVZ, PairedTest
+from fedcore_fedv.spsa import SPSA
 
 
 def small_vit():
@@ -58,7 +59,7 @@ def _session(mode, model, batches, lr=0.1):
                       round=0, seed=0)
     client = Segment(model, {"bottom": lay["bottom"], "top": lay["top"]})
     channel = Channel(0, 0)
-    with rule.model is model and __import__("fedcore.split", fromlist=["Endpoint"]).Endpoint(rule, 0).connect(channel) as srv:
+    with rule.model is model and __import__("fedcore_split", fromlist=["Endpoint"]).Endpoint(rule, 0).connect(channel) as srv:
         for k, (x, y) in enumerate(batches):
             final = k == len(batches) - 1
             h = client.run("bottom", x)

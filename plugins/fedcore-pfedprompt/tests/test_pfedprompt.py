@@ -7,9 +7,9 @@ from torch.nn import functional as F
 
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
-from fedcore.prompt import PromptEval, PromptShare, PromptUpdate, prompted_clip
-from fedcore.prompt.testing import PROMPT_FIXTURE, one_thread, shapes_data
-from fedcore.prompt.testing import tiny_backbone as backbone
+from fedcore_clip import PromptEval, PromptShare, PromptUpdate, prompted_clip
+from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
+from fedcore_clip.testing import tiny_backbone as backbone
 from fedcore.testing import parametrize_with_checks
 from fedcore_pfedprompt import (
     MEMORY,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fedcore
-from fedcore.prompt import prompted_clip
-from fedcore.prompt.testing import PROMPT_FIXTURE, one_thread, shapes_data
-from fedcore.prompt.testing import tiny_backbone as backbone
+from fedcore_clip import prompted_clip
+from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
+from fedcore_clip.testing import tiny_backbone as backbone
 from fedcore.testing import parametrize_with_checks
 from fedcore_promptfl import PromptFL, clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
 

@@ -1,7 +1,7 @@
 """The fedcore contract checks for every component of the plugin, on a small timm ViT."""
 import torch
 
-from fedcore.lora import inject_lora
+from fedcore_lora import inject_lora
 from fedcore.models import micro_vit
 from fedcore.testing import ContractFixture, parametrize_with_checks
 from fedcore_safedlora import FedAvgScratch, FedBit, FedFFT, FedLoRA, FedPer, Local, PersonalEval, SAFedLoRA

@@ -5,7 +5,7 @@ import torch
 import fedcore
 from fedcore.data import ArrayDataset, synthetic_classification
 from fedcore.errors import ConfigError
-from fedcore.lora import adapter_keys, has_lora, lora_numel_per_rank
+from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore.models import micro_vit, tiny_mlp
 from fedcore.types import ClientData
 from fedcore_safedlora import SAFedLoRA, converged_cost, convergence_round, cost_to_target, reduction, train_trainable
@@ -207,7 +207,7 @@ def test_same_seed_same_global_state_across_the_stage_switch():
 
 @pytest.mark.parametrize("mode", ["svd", "slice"])
 def test_round_start_truncates_the_global_factors(mode):
-    from fedcore.lora import inject_lora, lora_layers
+    from fedcore_lora import inject_lora, lora_layers
     from fedcore.testing import ContractFixture, build_engine, round_context
 
     component = SAFedLoRA(**{**{k: v for k, v in FAST.items() if k != "name"}, "t1_rounds": 0, "truncation": mode})

@@ -13,7 +13,7 @@ import math
 import torch
 from torch.nn import functional as F
 
-from fedcore.prompt import PromptedCLIP, train_prompt
+from fedcore_clip import PromptedCLIP, train_prompt
 
 NULL_MODES = ("null_image", "label_marginal")
 

@@ -19,7 +19,7 @@ import torch
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore.prompt import cached_features, gather_labels, require_prompted
+from fedcore_clip import cached_features, gather_labels, require_prompted
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientState, Share

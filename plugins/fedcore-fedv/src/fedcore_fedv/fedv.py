@@ -20,8 +20,7 @@ import torch
 
 import fedcore
 from fedcore.settings import setting
-from fedcore.split import (
-    SPSA,
+from fedcore_split import (
     aggregate_split,
     build_share,
     layout_for,
@@ -30,9 +29,10 @@ from fedcore.split import (
     server_state,
     train_split,
 )
-from fedcore.split.stages import Segment
+from fedcore_split.stages import Segment
 from fedcore.types import ClientInfo, ClientUpdate, Share
 from fedcore_fedv.server import FedVServer
+from fedcore_fedv.spsa import SPSA
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -70,7 +70,7 @@ class FedV:
     zo_distribution: str = setting("gaussian", choices=("gaussian", "rademacher"))
     zo_estimator: str = setting("central", choices=("central", "forward"))
     zo_shared_direction: bool = setting(False, help="one z shared by all clients of a round")
-    record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore.split.inversion)")
+    record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore_fedv.inversion)")
 
     def spsa(self) -> SPSA:
         return SPSA(eps=self.zo_eps, num_directions=self.zo_num_directions, distribution=self.zo_distribution,

@@ -1,7 +1,7 @@
 """Entry point ``fedv`` (group ``fedcore``): registers FedV, FedVZ and the paired test split.
 
 Imports classes only, does no work. The split-learning baselines (``sl``, ``splitfed-v1``, ``splitfed-v2``)
-and ``split-eval`` live in the core (``fedcore.split``) and are registered by its built-in plugin.
+and ``split-eval`` live in the core (``fedcore_split``) and are registered by its built-in plugin.
 """
 import fedcore
 from fedcore_fedv.fedv import FedV, FedVZ

@@ -22,7 +22,8 @@ from torch import nn
 from torch.func import functional_call
 
 from fedcore.rng import derive_seed
-from fedcore.split import SPSA, Segment, ServerRule, Session, SplitServerState
+from fedcore_split import Segment, ServerRule, Session, SplitServerState
+from fedcore_fedv.spsa import SPSA
 
 
 class FedVServer(ServerRule):

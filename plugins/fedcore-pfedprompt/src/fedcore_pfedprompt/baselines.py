@@ -12,7 +12,7 @@ import torch
 
 import fedcore
 from fedcore.builtin import weighted_mean
-from fedcore.prompt import PromptUpdate
+from fedcore_clip import PromptUpdate
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate

@@ -14,7 +14,7 @@ import torch
 
 import fedcore
 from fedcore.data.arrays import labels_of
-from fedcore.prompt import PromptEval, PromptedCLIP, cached_features, support_indices, train_prompt
+from fedcore_clip import PromptEval, PromptedCLIP, cached_features, support_indices, train_prompt
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientInfo, ClientState

@@ -1,6 +1,6 @@
 """PromptFL (Guo et al., ACM MM 2023; thesis ch. 4): clients train only a CoOp prompt on a frozen CLIP.
 
-The prompt substrate lives in :mod:`fedcore.prompt`; this package names the method, builds its pipeline,
+The prompt substrate lives in :mod:`fedcore_clip`; this package names the method, builds its pipeline,
 provides the FedAvg fine-tune / from-scratch baselines of Tables 4.2-4.3 and the Table 4.1 cost model.
 """
 from fedcore_promptfl.baselines import ImageTowerClassifier, clip_image_classifier, finetune_pipeline

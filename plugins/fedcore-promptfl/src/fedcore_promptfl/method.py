@@ -11,7 +11,7 @@ import attrs
 
 from fedcore import Pipeline
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
-from fedcore.prompt import PromptEval, PromptShare, PromptUpdate
+from fedcore_clip import PromptEval, PromptShare, PromptUpdate
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -22,7 +22,7 @@ from torch import nn
 
 import fedcore
 from fedcore.data import batches, labels_of
-from fedcore.lora import matching_keys, subset_share
+from fedcore_lora import matching_keys, subset_share
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientUpdate, Share

@@ -24,7 +24,7 @@ from torch import nn
 import fedcore
 from fedcore.builtin import weighted_mean
 from fedcore.errors import ConfigError
-from fedcore.lora import (
+from fedcore_lora import (
     DEFAULT_TARGETS,
     check_rank,
     current_rank,
@@ -39,7 +39,7 @@ from fedcore.lora import (
     subset_share,
 )
 from fedcore.rng import derive_seed
-from fedcore.schedules import ROUNDING, SHAPES, RankSchedule
+from fedcore_safedlora.schedules import ROUNDING, SHAPES, RankSchedule
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientUpdate, Share
 from fedcore_safedlora.training import Trainer

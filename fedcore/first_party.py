@@ -1,0 +1,50 @@
+"""Which first-party distribution provides which name, so a missing one can say what to install.
+
+The core registers only its built-in components. Split learning, LoRA and CLIP prompts are their own
+distributions under ``substrates/``, the methods live under ``plugins/``; when one of them is not installed,
+its names are unknown to the catalogue. This index (checked against the real registrations by the test
+suite) turns "unknown component 'lora-share'" into "install fedcore-lora". Data only: importing it imports
+nothing else.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# distribution -> (import package, {kind: names it registers})
+DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
+    "fedcore-split": ("fedcore_split", {"component": ("sl", "splitfed-v1", "splitfed-v2", "split-eval")}),
+    "fedcore-lora": ("fedcore_lora", {"component": ("lora-share",)}),
+    "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",)}),
+    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv", "fedvz", "paired-test")}),
+    "fedcore-safedlora": ("fedcore_safedlora", {
+        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local", "personal-eval"),
+        "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
+    "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",)}),
+    "fedcore-pfedprompt": ("fedcore_pfedprompt", {
+        "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval")}),
+    "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",)}),
+    "fedcore-robust": ("fedcore_robust", {"component": ("trimmed-mean", "median")}),
+}
+
+
+def provider(name: str, kind: str = "component") -> str | None:
+    """The first-party distribution that registers ``name`` as a ``kind``, or None."""
+    for dist, (_, names) in DISTRIBUTIONS.items():
+        if name in names.get(kind, ()):
+            return dist
+    return None
+
+
+def distribution_of(package: str) -> str | None:
+    """The first-party distribution whose import package is ``package`` (or holds the module ``package``)."""
+    top = package.partition(".")[0]
+    for dist, (pkg, _) in DISTRIBUTIONS.items():
+        if pkg == top:
+            return dist
+    return None
+
+
+def install_hint(name: str, kind: str = "component") -> str | None:
+    """``"'lora-share' is provided by fedcore-lora: pip install fedcore-lora"``, or None for names not listed here."""
+    dist = provider(name, kind)
+    return f"{name!r} is provided by {dist}: pip install {dist}" if dist else None

@@ -1,0 +1,65 @@
+"""Tiny random-initialised CLIP objects shared by the prompt substrate's tests and the prompt plugins' tests.
+
+One frozen ``fedcore-tiny-clip`` backbone per process (:func:`tiny_backbone`), prompted models on it, the
+colour-shape data the tests train on, and :func:`one_thread` for tiny models on a small shared machine.
+Plugins' tests import only fedcore's public API, so these helpers live here rather than in ``tests/``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from fedcore_clip.backbone import FrozenCLIP, load_backbone
+from fedcore_clip.captioned import shapes_dataset
+from fedcore_clip.learner import PromptedCLIP, prompted_clip
+from fedcore.testing import ContractFixture, tiny_data
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """One intra-op torch thread inside the block: for tiny models on a shared 2-core machine it is many
+    times faster (spec 003b §5.1). Use it in an autouse fixture: ``with one_thread(): yield``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@lru_cache(maxsize=None)
+def tiny_backbone(seed: int = 0) -> FrozenCLIP:
+    """The random-initialised ``fedcore-tiny-clip``, built once per process and seed (it is frozen)."""
+    return load_backbone("fedcore-tiny-clip", seed=seed)
+
+
+def tiny_prompted(num_classes: int = 4, **kw: Any) -> PromptedCLIP:
+    """A prompted tiny CLIP over ``class0 .. class{num_classes-1}`` (``n_ctx=4`` unless given)."""
+    return prompted_clip(tiny_backbone(), [f"class{i}" for i in range(num_classes)], n_ctx=kw.pop("n_ctx", 4), **kw)
+
+
+def shapes_data(n_train: int = 8, n_test: int = 3, classes: int = 6, *, stream: str = "t", noise: float = 0.2):
+    """``(train, test)`` colour shapes of the first ``classes`` classes, ``n_train``/``n_test`` per class,
+    drawn from the streams ``"{stream}-train"`` and ``"{stream}-test"``."""
+    train = shapes_dataset(n_train, stream=f"{stream}-train", noise=noise)
+    test = shapes_dataset(n_test, stream=f"{stream}-test", noise=noise)
+    keep_tr = [i for i in range(len(train)) if int(train.y[i]) < classes]
+    keep_te = [i for i in range(len(test)) if int(test.y[i]) < classes]
+    tr, te = train.subset(keep_tr), test.subset(keep_te)
+    tr.classes = te.classes = train.classes[:classes]
+    return tr, te
+
+
+def shapes_prompted(classes: int = 6, **kw: Any) -> PromptedCLIP:
+    """A prompted tiny CLIP over the first ``classes`` shape class names (``n_ctx=4`` unless given)."""
+    return prompted_clip(tiny_backbone(), shapes_data(classes=classes)[0].classes, n_ctx=kw.pop("n_ctx", 4), **kw)
+
+
+PROMPT_FIXTURE = ContractFixture(model_factory=tiny_prompted, data_factory=tiny_data)
+"""Contract-check fixture: :func:`tiny_prompted` on :func:`fedcore.testing.tiny_data`."""
+
+__all__ = ["PROMPT_FIXTURE", "one_thread", "shapes_data", "shapes_prompted", "tiny_backbone", "tiny_prompted"]
