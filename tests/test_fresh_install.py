@@ -1,11 +1,13 @@
 """The issue's done-when, for real: install the core and the example plugin into a fresh virtual environment,
-run a federated job by the plugin's component name, uninstall the plugin, get "unknown component, choose one of".
+run a federated job by the plugin's component name, uninstall the plugin, get "unknown component, choose one of";
+and install the core alone, where timm, peft and open_clip cannot be imported, and run the README's demo.
 
 The fresh venv has no pip and no packages of its own. Third-party packages (torch, pluggy, ...) come from the dev
-environment through a ``.pth`` file listing a *filtered view* of its site-packages: a directory of symlinks that
-leaves out fedcore's and the plugins' editable installs and every ``.pth`` file, so nothing from the checkout is
-importable except what pip installs here. fedcore and fedcore-robust are copied out of the checkout and
-installed from source (``--no-deps --no-build-isolation``, setuptools from the dev environment).
+environment through a ``.pth`` file listing a *filtered view* of its site-packages directories: a directory of
+symlinks that leaves out fedcore's, the substrates' and the plugins' (editable) installs and every ``.pth`` file,
+so nothing from the checkout is importable except what pip installs here; for the core-only venv it also leaves
+out timm, peft and open_clip. fedcore and fedcore-robust are copied out of the checkout and installed from source
+(``--no-deps --no-build-isolation``, pip and setuptools from the dev environment).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,28 +50,47 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def site_dirs() -> list[Path]:
+    """The dev environment's site-packages directories, in import order (a thin venv layered on a base env has two)."""
+    dirs = [Path(sysconfig.get_path("purelib"))] + [Path(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
+
+
+def dev_deps_view(deps: Path, fresh_site: Path, leave_out: tuple[str, ...] = ()) -> None:
+    """Expose the dev environment's third-party packages to the fresh venv, minus anything fedcore (editable
+    finders, dist-infos, .pth files) and minus the top-level names starting with one of ``leave_out``."""
+    deps.mkdir()
+    for site in site_dirs():
+        for entry in site.iterdir():
+            name = entry.name.lower()
+            if (name.startswith(("fedcore", "__editable__") + leave_out) or name.endswith(".pth")
+                    or name == "__pycache__" or (deps / entry.name).exists()):
+                continue
+            (deps / entry.name).symlink_to(entry)
+    (fresh_site / "dev-deps.pth").write_text(f"{deps}\n")
+
+
+def fresh_venv(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A venv without pip or packages: (its python, its site-packages, the environment to run it in)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FEDCORE_", "PYTHON"))}
+    env["FEDCORE_CACHE"] = str(tmp_path / "cache")
+    fresh_site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path,
+                           env).stdout.strip())
+    return py, fresh_site, env
+
+
 def _copy_source(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache"))
     return dst
 
 
 def test_install_run_by_name_uninstall(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    py = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FEDCORE_", "PYTHON"))}
-    fresh_site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path,
-                           env).stdout.strip())
-
-    # the dev environment's third-party packages, minus anything fedcore (editable finders, dist-infos, .pth files)
-    deps = tmp_path / "deps"
-    deps.mkdir()
-    for entry in Path(sysconfig.get_path("purelib")).iterdir():
-        name = entry.name.lower()
-        if name.startswith(("fedcore", "__editable__")) or name.endswith(".pth") or name == "__pycache__":
-            continue
-        (deps / entry.name).symlink_to(entry)
-    (fresh_site / "dev-deps.pth").write_text(f"{deps}\n")
+    py, fresh_site, env = fresh_venv(tmp_path)
+    venv = py.parents[1]
+    dev_deps_view(tmp_path / "deps", fresh_site)
     probe = _run([str(py), "-c", "import fedcore"], tmp_path, env)
     assert "ModuleNotFoundError: No module named 'fedcore'" in probe.stderr, "the fresh venv must start without fedcore"
 
@@ -96,3 +119,105 @@ def test_install_run_by_name_uninstall(tmp_path):
     choices = last.split("; choose one of: ")[1].split(", ")
     assert {"all-data", "dirichlet", "fedavg", "global-eval", "iid", "sgd", "uniform", "whole-model"} <= set(choices)
     assert "median" not in last
+
+
+# -- the core alone: no timm, no peft, no open_clip, no substrate or plugin ------------------------------------
+
+LEFT_OUT = ("timm", "peft", "open_clip")
+
+
+def _repo_copy(dst: Path) -> Path:
+    """The checkout as a user clones it (sources only), to ``pip install ./`` from its root."""
+    return Path(shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+        ".git", "runs", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")))
+
+
+@pytest.fixture(scope="module")
+def core_only(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("core-only")
+    py, fresh_site, env = fresh_venv(tmp)
+    dev_deps_view(tmp / "deps", fresh_site, leave_out=LEFT_OUT)
+    repo = _repo_copy(tmp / "repo")
+    install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "./"],
+                   repo, env)
+    assert install.returncode == 0, install.stderr
+    return py, repo, env
+
+
+def _fedcore(core_only, *args: str) -> subprocess.CompletedProcess:
+    """The installed ``fedcore`` command, run from the repository copy (its sys.path does not include the cwd)."""
+    py, repo, env = core_only
+    return _run([str(py.parent / "fedcore"), *args], repo, env)
+
+
+def _python(core_only, code: str) -> subprocess.CompletedProcess:
+    """``python -c`` outside the repository copy, so the checkout's fedcore/ cannot shadow the installed one."""
+    py, repo, env = core_only
+    return _run([str(py), "-c", code], repo.parent, env)
+
+
+def test_core_only_venv_has_no_timm_peft_open_clip_substrate_or_plugin(core_only):
+    py = core_only[0]
+    probe = _python(core_only, textwrap.dedent("""
+        import importlib, json
+        out = {}
+        for name in ("timm", "peft", "open_clip", "fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust",
+                     "torch", "pluggy", "fedcore"):
+            try:
+                out[name] = importlib.import_module(name).__file__
+            except ModuleNotFoundError as exc:
+                out[name] = None
+        print(json.dumps(out))
+    """))
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout)
+    assert all(found[m] is None for m in LEFT_OUT + ("fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust"))
+    assert found["torch"] and found["pluggy"] and found["fedcore"].startswith(str(py.parents[1]))  # installed, not the checkout
+
+
+def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_only, tmp_path):
+    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--out", str(tmp_path / "core"))
+    assert run.returncode == 0, run.stderr
+    full = _run([sys.executable, "-m", "fedcore.cli", "run", "examples/fedavg_dirichlet.toml", "--out",
+                 str(tmp_path / "full")], ROOT, dict(os.environ, FEDCORE_CACHE=str(tmp_path / "cache")))
+    assert full.returncode == 0, full.stderr
+
+    def history(run_dir: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k in ("round", "test_accuracy", "test_loss", "train_loss", "bytes_up")}
+                for r in rows]
+
+    core = history(tmp_path / "core")
+    assert len(core) == 10 and core[-1]["test_accuracy"] > 0.8
+    assert core == history(tmp_path / "full")  # the plain-torch micro CNN is timm's, number for number
+
+
+def test_core_only_naming_a_substrate_component_is_one_error_line(core_only, tmp_path):
+    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "pipeline.split=lora-share",
+                   "--out", str(tmp_path / "x"))
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedcore: error: ") and "'lora-share'" in lines[0], run.stderr
+    assert not (tmp_path / "x").exists()  # refused before any work
+
+
+@pytest.mark.xfail(strict=True, reason="FOR THE LEAD: the catalogue's unknown-component message does not name the "
+                   "package yet; the discover helper wires fedcore.first_party.install_hint into it. Remove this mark "
+                   "when it lands (strict: the test then fails until the mark is removed).")
+def test_core_only_naming_a_substrate_component_says_which_package_to_install(core_only, tmp_path):
+    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "pipeline.split=lora-share",
+                   "--out", str(tmp_path / "x"))
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fedcore-lora" in lines[0], run.stderr
+
+
+def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only, tmp_path):
+    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "model.name=micro-vit",
+                   "--out", str(tmp_path / "vit"))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "fedcore: error: model micro-vit: the micro ViT is built with timm, which is not installed: "
+        "pip install 'fedcore[vision]' (or pip install timm)"], run.stderr
+    old = _python(core_only, "import fedcore.lora")
+    assert old.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: fedcore.lora moved to fedcore_lora, which is not installed: pip install fedcore-lora")
