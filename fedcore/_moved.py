@@ -15,7 +15,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from fedcore.first_party import distribution_of
@@ -52,7 +52,8 @@ def new_name(old: str) -> str | None:
 
 def _warn(message: str) -> None:
     """A DeprecationWarning attributed to the importing code, not to the import machinery."""
-    frame, level = sys._getframe(0), 1
+    frame: FrameType | None = sys._getframe(0)
+    level = 1
     while frame is not None:  # count this module's frames; warnings skips the import machinery's by itself
         if frame.f_code.co_filename == __file__:
             level += 1

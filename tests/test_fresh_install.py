@@ -215,9 +215,9 @@ def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only
     run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "model.name=micro-vit",
                    "--out", str(tmp_path / "vit"))
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
+    assert run.stderr.strip().splitlines() == [(
         "fedcore: error: model micro-vit: the micro ViT is built with timm, which is not installed: "
-        "pip install 'fedcore[vision]' (or pip install timm)"], run.stderr
+        "pip install 'fedcore[vision]' (or pip install timm)")], run.stderr
     old = _python(core_only, "import fedcore.lora")
     assert old.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: fedcore.lora moved to fedcore_lora, which is not installed: pip install fedcore-lora")

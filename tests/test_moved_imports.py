@@ -91,8 +91,8 @@ def test_from_old_package_import_names_and_submodules_that_moved_elsewhere():
     ns, messages = run_warned("from fedcore.lora import LoRAShare, inject_lora")
     import fedcore_lora
     assert ns["LoRAShare"] is fedcore_lora.LoRAShare and ns["inject_lora"] is fedcore_lora.inject_lora
-    assert messages == ["fedcore.lora moved to fedcore_lora (pip install fedcore-lora); "
-                        "the old path works until fedcore 0.3"]
+    assert messages == [("fedcore.lora moved to fedcore_lora (pip install fedcore-lora); "
+                         "the old path works until fedcore 0.3")]
     ns, messages = run_warned("from fedcore.schedules import RankSchedule")
     assert ns["RankSchedule"].__module__ == "fedcore_safedlora.schedules" and len(messages) == 1
     with pytest.raises(ImportError, match="cannot import name 'nothing'"):
