@@ -92,7 +92,15 @@ def test_install_run_by_name_uninstall(tmp_path):
     gone = _run([str(py), "-c", JOB], tmp_path, env)
     assert gone.returncode != 0
     last = gone.stderr.strip().splitlines()[-1]
-    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean'"), gone.stderr
-    choices = last.split("; choose one of: ")[1].split(", ")
-    assert {"all-data", "dirichlet", "fedavg", "global-eval", "iid", "sgd", "uniform", "whole-model"} <= set(choices)
-    assert "median" not in last
+    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean' for slot "
+                           "'aggregate'"), gone.stderr
+    choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
+    assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
+    assert note == "builtin (fedcore 0.1.0))" and "median" not in last
+
+    # a first-party method plugin that is not installed: one line naming the package to install
+    first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],
+                       tmp_path, env)
+    assert first_party.stderr.strip().splitlines()[-1] == (
+        "fedcore.errors.UnknownComponentError: unknown component 'fedv' for slot 'aggregate': it is provided by the "
+        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party.stderr

@@ -3,6 +3,9 @@ import fedcore
 import fedcore.split
 from fedcore import builtin
 from fedcore.builtin import datasets_and_models
+from fedcore.engine.executor import InlineExecutor
+from fedcore.engine.ray_executor import RayExecutor
+from fedcore.experiment import runtime_tables
 from fedcore.lora import LoRAShare
 
 
@@ -28,3 +31,6 @@ def fedcore_register_components(registry):
     registry.add("lora-share", LoRAShare)
     fedcore.split.register(registry)  # sl, splitfed-v1, splitfed-v2, split-eval
     datasets_and_models.register(registry)
+    registry.add_executor("inline", InlineExecutor)
+    registry.add_executor("ray", RayExecutor)
+    runtime_tables.register(registry)  # clock, profiles, faults
