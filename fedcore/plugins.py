@@ -26,7 +26,7 @@ import pluggy
 from fedcore import hookspecs
 from fedcore.errors import BrokenPluginError, PluginConflictError, UnknownComponentError
 from fedcore.first_party import PACKAGES
-from fedcore.registry import ComponentRegistry, Entry
+from fedcore.registry import KINDS, ComponentRegistry, Entry
 
 GROUP = "fedcore"
 BUILTIN = ("builtin", "fedcore.builtin.plugin")
@@ -92,6 +92,11 @@ def _entry_points() -> list[tuple[str, str, str | None, str | None]]:
     return list(seen.values())
 
 
+def _names(registry: ComponentRegistry) -> set[str]:
+    """Every registered name; names of other kinds than components carry their kind: ``executor:ray``."""
+    return {n if k == "component" else f"{k}:{n}" for k in KINDS for n in registry.names(k)}
+
+
 def _load() -> _Catalogue:
     registry = ComponentRegistry()
     plugins: dict[str, PluginInfo] = {}
@@ -111,10 +116,10 @@ def _load() -> _Catalogue:
             pm.add_hookspecs(hookspecs)
             pm.register(module, name=name)
             pm.check_pending()
-            before = set(registry.names("component")) | {f"{k}:{n}" for k in ("dataset", "model") for n in registry.names(k)}
+            before = _names(registry)
             registry._set_source(name, dist, version)
             pm.hook.fedcore_register_components(registry=registry)
-            after = set(registry.names("component")) | {f"{k}:{n}" for k in ("dataset", "model") for n in registry.names(k)}
+            after = _names(registry)
             plugins[name] = PluginInfo(name=name, distribution=dist, version=version, module=module_name,
                                        components=tuple(sorted(after - before)))
         except PluginConflictError:

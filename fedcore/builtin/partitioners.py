@@ -29,7 +29,8 @@ class GivenPartition:
     The engine still checks it: one list per client, no empty client, indices inside the training set.
     """
 
-    parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v))
+    parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v),
+                               metadata={"help": "one list of training-set indices per client"})
 
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int) -> Partition:
