@@ -62,11 +62,16 @@ def test_install_run_by_name_uninstall(tmp_path):
     # the dev environment's third-party packages, minus anything fedcore (editable finders, dist-infos, .pth files)
     deps = tmp_path / "deps"
     deps.mkdir()
-    for entry in Path(sysconfig.get_path("purelib")).iterdir():
-        name = entry.name.lower()
-        if name.startswith(("fedcore", "__editable__")) or name.endswith(".pth") or name == "__pycache__":
-            continue
-        (deps / entry.name).symlink_to(entry)
+    purelib = Path(sysconfig.get_path("purelib"))
+    layered = [Path(line.strip()) for pth in sorted(purelib.glob("*.pth")) if not pth.name.startswith("__editable__")
+               for line in pth.read_text().splitlines() if line.strip() and not line.startswith(("#", "import"))]
+    for root in [purelib] + [d for d in layered if d.is_dir() and "fedcore" not in d.name.lower()]:
+        # the dev env's own site-packages, then any site-packages it layers on through a .pth (a thin venv)
+        for entry in root.iterdir():
+            name = entry.name.lower()
+            skip = name.startswith(("fedcore", "__editable__")) or name.endswith(".pth") or name == "__pycache__"
+            if not skip and not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
     (fresh_site / "dev-deps.pth").write_text(f"{deps}\n")
     probe = _run([str(py), "-c", "import fedcore"], tmp_path, env)
     assert "ModuleNotFoundError: No module named 'fedcore'" in probe.stderr, "the fresh venv must start without fedcore"
