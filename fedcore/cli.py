@@ -145,7 +145,7 @@ def _describe_name(name: str, *, as_json: bool) -> int:
             for col in ("setting", "type", "default", "allowed", "help"):
                 table.add_column(col)
             for row in entry["settings"]:
-                default = "(required)" if row["required"] else repr(row["default"])
+                default = "(required)" if row["required"] else "" if row["name"].startswith("**") else repr(row["default"])
                 table.add_row(row["name"], row["type"], default, row["allowed"], row["help"])
             console.print(table)
         elif entry["kind"] != "table":
@@ -262,6 +262,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `fedcore describe X | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
 
 
 def _config_error(message: str) -> Exception:

@@ -98,12 +98,15 @@ def describe_settings(obj: Any) -> list[dict[str, Any]]:
                          "default": None if default is attrs.NOTHING else _plain(default),
                          "allowed": allowed_text(meta), "help": meta.get("help", "")})
         return rows
-    target = obj.__init__ if isinstance(obj, type) else obj
     try:
-        params = list(inspect.signature(target).parameters.values())
+        params = list(inspect.signature(obj).parameters.values())  # a class: its __init__ without self
     except (TypeError, ValueError):
         return rows
     for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            rows.append({"name": f"**{p.name}", "type": "", "required": False, "default": None, "allowed": "",
+                         "help": "further keyword settings, passed on as they are"})
+            continue
         if p.name == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
         required = p.default is p.empty
