@@ -160,9 +160,10 @@ def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> En
         package = PACKAGES.get(name)
         for p in broken:
             if name == p.name or name.startswith(p.name) or (package and package == p.distribution):
+                cause = (p.error or "").strip().splitlines()[-1]  # e.g. "ModuleNotFoundError: No module named 'peft'"
                 raise BrokenPluginError(
-                    f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import:\n"
-                    f"{p.error}\n(if you just installed it in this process, restart the process)"
+                    f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import: "
+                    f"{cause}\n{p.error}\n(if you just installed it in this process, restart the process)"
                 ) from exc
         if package and not any(p.distribution == package for p in cat.plugins.values()):
             raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=_not_loaded(package, cat)) from None

@@ -46,7 +46,7 @@ def test_describe_a_component_shows_slot_settings_and_package(capsys):
 
 @pytest.mark.parametrize("name, kind, setting_name", [
     ("synthetic", "dataset", "n_test"), ("tiny-mlp", "model", "hidden"), ("ray", "executor", "num_workers"),
-    ("faults", "table", "dropout_during"),
+    ("faults", "table", "dropout_during"), ("digits", "dataset", "**kwargs"),
 ])
 def test_describe_datasets_models_executors_and_tables(capsys, name, kind, setting_name):
     rc, out, err = run_cli(capsys, "describe", name, "--json")
