@@ -2,6 +2,7 @@
 
     fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
     fedcore describe CONFIG.toml [--set key=value ...] [--json]
+    fedcore describe NAME [--json]           (a component, dataset, model, executor or config table)
     fedcore plugins [-v]
     fedcore report RUN_DIR [RUN_DIR ...] [--out DIR] [--metric KEY]
 
@@ -50,10 +51,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="live display (rich), one line per round (plain), or nothing; auto picks by terminal")
     run.add_argument("--report", action="store_true", help="write the report (table and plots) when the run ends")
 
-    desc = sub.add_parser("describe", help="print the resolved config and pipeline without running it")
-    desc.add_argument("config", help="CONFIG.toml")
-    desc.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    desc.add_argument("--json", action="store_true", help="print the resolved config and manifest as JSON")
+    desc = sub.add_parser("describe", help="a config's resolved pipeline, or a name's slots, settings and package",
+                          description="With CONFIG.toml: print the resolved config and pipeline without running it. "
+                          "With a NAME (component, dataset, model, executor, config table): what it is, the slots "
+                          "it fills, its settings (type, default, allowed values, help) and the package providing it.")
+    desc.add_argument("config", metavar="CONFIG.toml|NAME", help="a config file, or a registered name")
+    desc.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config value (configs only)")
+    desc.add_argument("--json", action="store_true", help="print the description as JSON")
 
     plugins = sub.add_parser("plugins", help="list installed plugins, their components and slots, and failures")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of failed plugins")
@@ -95,7 +100,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_config(text: str) -> bool:
+    """A path (an existing file, a ``.toml`` name or anything with a separator) rather than a registered name."""
+    return text.endswith(".toml") or "/" in text or Path(text).is_file()
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
+    if not _is_config(args.config):
+        if args.sets:
+            raise _config_error("--set applies to a config file, not to a name")
+        return _describe_name(args.config, as_json=args.json)
+    return _describe_config(args)
+
+
+def _describe_name(name: str, *, as_json: bool) -> int:
+    from rich.table import Table
+
+    from fedcore.describe import describe_name
+
+    info = describe_name(name)
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    console = _console()
+    for i, entry in enumerate([info, *info["also"]]):
+        if i:
+            console.print()
+        origin = f"{entry['distribution']} {entry['version']}" if entry["distribution"] else "this source tree"
+        console.print(f"[bold]{entry['name']}[/bold]  {entry['kind']} from plugin {entry['plugin']} ({origin})")
+        if entry["doc"]:
+            console.print(entry["doc"], markup=False)
+        slots = entry["slots"]
+        if isinstance(slots, dict):  # a recipe: slot -> component
+            console.print("slots: " + ", ".join(f"{slot} = {comp}" for slot, comp in slots.items()))
+        elif entry["kind"] == "component":
+            console.print("slot: " + (", ".join(slots) or "none (a plugin: list it under pipeline.plugins)"))
+        for label in ("wraps", "observes"):
+            if entry[label]:
+                console.print(f"{label}: " + ", ".join(h.removeprefix("fedcore_") for h in entry[label]))
+        if entry.get("value"):
+            console.print(f"value: {entry['value']}")
+        if entry["settings"]:
+            table = Table(title="settings")
+            for col in ("setting", "type", "default", "allowed", "help"):
+                table.add_column(col)
+            for row in entry["settings"]:
+                default = "(required)" if row["required"] else "" if row["name"].startswith("**") else repr(row["default"])
+                table.add_row(row["name"], row["type"], default, row["allowed"], row["help"])
+            console.print(table)
+        elif entry["kind"] != "table":
+            console.print("settings: none")
+    return 0
+
+
+def _describe_config(args: argparse.Namespace) -> int:
     import tomli_w
 
     from fedcore.experiment.build import plan
@@ -204,6 +262,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `fedcore describe X | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _config_error(message: str) -> Exception:
+    from fedcore.errors import ConfigError
+
+    return ConfigError(message)
 
 
 def _console() -> Any:
@@ -219,5 +288,5 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-if __name__ == "__main__":  # python -m fedcore.cli
+if __name__ == "__main__":  # python -m fedcore.cli (python -m fedcore is the same command)
     sys.exit(main())

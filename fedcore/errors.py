@@ -14,15 +14,23 @@ class ConfigError(FedcoreError, ValueError):
 
 
 class UnknownComponentError(ConfigError, LookupError):
-    def __init__(self, name: str, available: Iterable[str], kind: str = "component") -> None:
+    """A name the catalogue does not hold. ``slot`` narrows the message to what can fill that slot;
+    ``reason`` replaces the list of choices (a known package that is not installed)."""
+
+    def __init__(self, name: str, available: Iterable[str], kind: str = "component", *, slot: str | None = None,
+                 reason: str | None = None, note: str = "") -> None:
         available = sorted(available)
-        close = difflib.get_close_matches(name, available, n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        super().__init__(
-            f"unknown {kind} {name!r}{hint}; choose one of: {', '.join(available) or '(none installed)'}"
-        )
+        what = f"unknown {kind} {name!r}" + (f" for slot {slot!r}" if slot else "")
+        if reason is not None:
+            message = f"{what}: {reason}"
+        else:
+            close = difflib.get_close_matches(name, available, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            message = f"{what}{hint}; choose one of: {', '.join(available) or '(none installed)'}{note}"
+        super().__init__(message)
         self.name = name
         self.available = available
+        self.slot = slot
 
 
 class PluginConflictError(FedcoreError):

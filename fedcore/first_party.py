@@ -23,8 +23,13 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval")}),
     "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",)}),
-    "fedcore-robust": ("fedcore_robust", {"component": ("trimmed-mean", "median")}),
 }
+"""``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
+
+PACKAGES: dict[str, str] = {name: dist for dist, (_, kinds) in DISTRIBUTIONS.items()
+                            for names in kinds.values() for name in names}
+"""Component, model and dataset name -> the first-party distribution that registers it (names are distinct
+across kinds)."""
 
 
 def provider(name: str, kind: str = "component") -> str | None:
@@ -42,9 +47,3 @@ def distribution_of(package: str) -> str | None:
         if pkg == top:
             return dist
     return None
-
-
-def install_hint(name: str, kind: str = "component") -> str | None:
-    """``"'lora-share' is provided by fedcore-lora: pip install fedcore-lora"``, or None for names not listed here."""
-    dist = provider(name, kind)
-    return f"{name!r} is provided by {dist}: pip install {dist}" if dist else None

@@ -266,13 +266,14 @@ class Pipeline:
 
 def component_from_spec(spec: Any, *, where: str) -> Any:
     """A component from ``"name"``, ``{"name": ..., **settings}`` or an instance."""
+    slot = where if where in SLOT_HOOKS else None  # an unknown name then lists only that slot's providers
     if isinstance(spec, str):
-        return build(fedcore.plugins.get(spec), {}, name=spec)
+        return build(fedcore.plugins.get(spec, slot=slot), {}, name=spec)
     if isinstance(spec, Mapping):
         if "name" not in spec:
             raise ConfigError(f"{where}: a component table needs a 'name' key, got keys {sorted(spec)}")
         settings = {k: v for k, v in spec.items() if k != "name"}
-        return build(fedcore.plugins.get(spec["name"]), settings, name=f"{where}.{spec['name']}")
+        return build(fedcore.plugins.get(spec["name"], slot=slot), settings, name=f"{where}.{spec['name']}")
     if attrs.has(type(spec)) or hasattr(spec, "__dict__"):
         return spec
     raise ConfigError(f"{where}: expected a component name, a table with 'name', or a component; got {spec!r}")

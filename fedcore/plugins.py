@@ -25,7 +25,8 @@ import pluggy
 
 from fedcore import hookspecs
 from fedcore.errors import BrokenPluginError, PluginConflictError, UnknownComponentError
-from fedcore.registry import ComponentRegistry, Entry
+from fedcore.first_party import PACKAGES
+from fedcore.registry import KINDS, ComponentRegistry, Entry
 
 GROUP = "fedcore"
 BUILTIN = ("builtin", "fedcore.builtin.plugin")
@@ -51,6 +52,8 @@ class PluginInfo:
 class _Catalogue:
     registry: ComponentRegistry
     plugins: dict[str, PluginInfo]
+    left_out: dict[str, str] = attrs.Factory(dict)
+    """Distribution -> entry-point name of installed plugins that FEDCORE_PLUGINS / _DISABLE_... did not load."""
 
 
 _cache: _Catalogue | None = None
@@ -89,6 +92,11 @@ def _entry_points() -> list[tuple[str, str, str | None, str | None]]:
     return list(seen.values())
 
 
+def _names(registry: ComponentRegistry) -> set[str]:
+    """Every registered name; names of other kinds than components carry their kind: ``executor:ray``."""
+    return {n if k == "component" else f"{k}:{n}" for k in KINDS for n in registry.names(k)}
+
+
 def _load() -> _Catalogue:
     registry = ComponentRegistry()
     plugins: dict[str, PluginInfo] = {}
@@ -96,8 +104,10 @@ def _load() -> _Catalogue:
     if not any(r[0] == BUILTIN[0] for r in rows):  # running from a source tree without an install
         rows.insert(0, (BUILTIN[0], BUILTIN[1], None, None))
     wanted = _selected([r[0] for r in rows])
+    left_out: dict[str, str] = {}
     for name, value, dist, version in rows:
         if name != BUILTIN[0] and wanted is not None and name not in wanted:
+            left_out[dist or name] = name
             continue
         module_name = value.split(":")[0]
         try:
@@ -106,10 +116,10 @@ def _load() -> _Catalogue:
             pm.add_hookspecs(hookspecs)
             pm.register(module, name=name)
             pm.check_pending()
-            before = set(registry.names("component")) | {f"{k}:{n}" for k in ("dataset", "model") for n in registry.names(k)}
+            before = _names(registry)
             registry._set_source(name, dist, version)
             pm.hook.fedcore_register_components(registry=registry)
-            after = set(registry.names("component")) | {f"{k}:{n}" for k in ("dataset", "model") for n in registry.names(k)}
+            after = _names(registry)
             plugins[name] = PluginInfo(name=name, distribution=dist, version=version, module=module_name,
                                        components=tuple(sorted(after - before)))
         except PluginConflictError:
@@ -119,7 +129,7 @@ def _load() -> _Catalogue:
                                        error=traceback.format_exc(limit=3).strip())
         finally:
             registry._set_source("<direct>", None, None)
-    return _Catalogue(registry=registry, plugins=plugins)
+    return _Catalogue(registry=registry, plugins=plugins, left_out=left_out)
 
 
 def catalogue() -> _Catalogue:
@@ -138,29 +148,52 @@ def list_plugins() -> list[PluginInfo]:
     return sorted(catalogue().plugins.values(), key=lambda p: (p.name != BUILTIN[0], p.name))
 
 
-def lookup(name: str, kind: str = "component") -> Entry:
-    """The registry entry for ``name``. A name from a plugin that failed to import raises that failure."""
+def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> Entry:
+    """The registry entry for ``name``. A name from a plugin that failed to import raises that failure; an
+    unknown name lists the names of its kind (only the providers of ``slot`` when given) or, for a name of
+    a first-party distribution that is not installed or not loaded, says so in one line."""
     cat = catalogue()
     try:
         return cat.registry.get(name, kind)
     except UnknownComponentError as exc:
         broken = [p for p in cat.plugins.values() if not p.ok]
+        package = PACKAGES.get(name)
         for p in broken:
-            if name == p.name or name.startswith(p.name):
+            if name == p.name or name.startswith(p.name) or (package and package == p.distribution):
+                cause = (p.error or "").strip().splitlines()[-1]  # e.g. "ModuleNotFoundError: No module named 'peft'"
                 raise BrokenPluginError(
-                    f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import:\n"
-                    f"{p.error}\n(if you just installed it in this process, restart the process)"
+                    f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import: "
+                    f"{cause}\n{p.error}\n(if you just installed it in this process, restart the process)"
                 ) from exc
+        if package and not any(p.distribution == package for p in cat.plugins.values()):
+            raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=_not_loaded(package, cat)) from None
+        available, note = exc.available, ""
+        if slot is not None and kind == "component":
+            providers = cat.registry.providers(slot)
+            available = [e.name for e in providers]
+            sources = sorted({e.source for e in providers})
+            note = f" (installed plugins providing {slot!r}: {', '.join(sources) or 'none'})"
+        error = UnknownComponentError(name, available, kind=kind, slot=slot, note=note)
         if broken:
             names = ", ".join(f"{p.name} ({p.distribution})" for p in broken)
-            raise UnknownComponentError(name, exc.available, kind=kind).with_traceback(None) from BrokenPluginError(
-                f"plugins that failed to import: {names}")
-        raise
+            raise error.with_traceback(None) from BrokenPluginError(f"plugins that failed to import: {names}")
+        raise error from None
 
 
-def get(name: str) -> Any:
-    """The component class registered as ``name``: ``fedcore.get("fedavg")()``."""
-    return lookup(name).obj
+def _not_loaded(package: str, cat: _Catalogue) -> str:
+    """Why a first-party distribution's names are missing: not installed, or installed and left out."""
+    entry_point = cat.left_out.get(package)
+    if entry_point is None:
+        return f"it is provided by the {package} package, which is not installed (pip install {package})"
+    switch = ("FEDCORE_DISABLE_PLUGIN_AUTOLOAD is set" if os.environ.get("FEDCORE_DISABLE_PLUGIN_AUTOLOAD", "").strip()
+              not in ("", "0") else f"FEDCORE_PLUGINS does not list {entry_point!r}")
+    return f"it is provided by the {package} package, which is installed but not loaded ({switch})"
+
+
+def get(name: str, *, slot: str | None = None) -> Any:
+    """The component class registered as ``name``: ``fedcore.get("fedavg")()``; ``slot`` narrows the
+    unknown-name error to that slot's providers."""
+    return lookup(name, slot=slot).obj
 
 
 def list_components(slot: str | None = None) -> list[Entry]:

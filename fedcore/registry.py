@@ -14,7 +14,8 @@ import attrs
 from fedcore.errors import PluginConflictError, UnknownComponentError
 from fedcore.hookspecs import SLOT_HOOKS
 
-KINDS = ("component", "dataset", "model")
+KINDS = ("component", "dataset", "model", "executor", "table")
+"""What a name can be: a pipeline component, a dataset or model factory, an executor class, a config table."""
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
 
@@ -98,11 +99,28 @@ class ComponentRegistry:
         """Register a model factory returning an ``nn.Module``."""
         self._add("model", name, factory, help or _first_line(factory.__doc__))
 
+    def add_executor(self, name: str, cls: type, *, help: str = "") -> None:
+        """Register an executor class (``start(pipeline, dataset)``, ``run(jobs)``, ``close()``); a config
+        selects it with ``executor = "name"`` or ``[executor] name = "name"`` plus its keyword arguments."""
+        if not isinstance(cls, type):
+            raise TypeError(f"registry.add_executor({name!r}, ...) takes a class, got {cls!r}")
+        self._add("executor", name, cls, help or _first_line(cls.__doc__))
+
+    def add_table(self, name: str, table: Any, *, help: str = "") -> None:
+        """Register a top-level experiment-config table (a :class:`fedcore.experiment.config.Table`)."""
+        if not hasattr(table, "key") or not hasattr(table, "build"):
+            raise TypeError(f"registry.add_table({name!r}, ...) takes a fedcore.experiment.config.Table, got {table!r}")
+        self._add("table", name, table, help or table.key.help)
+
     def get(self, name: str, kind: str = "component") -> Entry:
         try:
             return self._entries[(kind, name)]
         except KeyError:
             raise UnknownComponentError(name, self.names(kind), kind=kind) from None
+
+    def providers(self, slot: str) -> list[Entry]:
+        """The components that provide ``slot``."""
+        return [e for e in self.entries("component") if slot in e.slots]
 
     def names(self, kind: str = "component") -> list[str]:
         return sorted(n for (k, n) in self._entries if k == kind)

@@ -7,7 +7,8 @@
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+import inspect
 from typing import Any
 
 import attrs
@@ -51,20 +52,84 @@ def setting(default: Any = attrs.NOTHING, *, kind: type | tuple[type, ...] | Non
         if high is not None and (value > high or (high_open and value == high)):
             raise ConfigError(f"{name}={value!r} is out of range; must be {'<' if high_open else '<='} {high}")
 
-    return attrs.field(default=default, converter=_converter(single), validator=validate, metadata={"help": help})
+    meta = {"help": help, "kind": kind, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
+            "choices": tuple(choices) if choices is not None else None, "optional": optional}
+    return attrs.field(default=default, converter=_converter(single), validator=validate, metadata=meta)
+
+
+def allowed_text(meta: Mapping[str, Any]) -> str:
+    """What a setting accepts, from its :func:`setting` metadata: ``"> 0"``, ``"[0, 1)"``, ``"'sgd' | 'adam'"``."""
+    if meta.get("choices") is not None:
+        return " | ".join(map(repr, meta["choices"]))
+    low, high = meta.get("low"), meta.get("high")
+    if low is not None and high is not None:
+        return f"{'(' if meta.get('low_open') else '['}{low:g}, {high:g}{')' if meta.get('high_open') else ']'}"
+    if low is not None:
+        return f"{'>' if meta.get('low_open') else '>='} {low:g}"
+    if high is not None:
+        return f"{'<' if meta.get('high_open') else '<='} {high:g}"
+    return ""
+
+
+def _type_text(kind: Any, annotation: Any, optional: bool) -> str:
+    if kind is not None:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        text = " | ".join(k.__name__ for k in kinds)
+        return f"{text} | None" if optional else text
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__name__", "") if annotation is not None else ""
+
+
+def describe_settings(obj: Any) -> list[dict[str, Any]]:
+    """One row per setting of a component class (attrs fields) or a factory (keyword parameters): name,
+    type, default (``required`` when there is none), allowed values and help. Plain values, for JSON."""
+    rows = []
+    if attrs.has(obj):
+        for f in attrs.fields(obj):
+            if not f.init:
+                continue
+            meta = f.metadata
+            default = f.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory() if not default.takes_self else attrs.NOTHING
+            rows.append({"name": f.name, "type": _type_text(meta.get("kind"), f.type, bool(meta.get("optional"))),
+                         "required": default is attrs.NOTHING,
+                         "default": None if default is attrs.NOTHING else _plain(default),
+                         "allowed": allowed_text(meta), "help": meta.get("help", "")})
+        return rows
+    try:
+        params = list(inspect.signature(obj).parameters.values())  # a class: its __init__ without self
+    except (TypeError, ValueError):
+        return rows
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            rows.append({"name": f"**{p.name}", "type": "", "required": False, "default": None, "allowed": "",
+                         "help": "further keyword settings, passed on as they are"})
+            continue
+        if p.name == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        required = p.default is p.empty
+        annotation = None if p.annotation is p.empty else p.annotation
+        type_text = _type_text(None, annotation, False) or ("" if required else type(p.default).__name__)
+        rows.append({"name": p.name, "type": type_text, "required": required,
+                     "default": None if required else _plain(p.default), "allowed": "", "help": ""})
+    return rows
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if attrs.has(type(v)):
+        return {f.name: _plain(getattr(v, f.name)) for f in attrs.fields(type(v))}
+    return v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)
 
 
 def settings_of(component: Any) -> dict[str, Any]:
     """The component's settings as plain values (for manifests and configs)."""
-    def plain(v: Any) -> Any:
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        if attrs.has(type(v)):
-            return {f.name: plain(getattr(v, f.name)) for f in attrs.fields(type(v))}
-        return v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)
     if not attrs.has(type(component)):
         return {}
-    return {f.name: plain(getattr(component, f.name)) for f in attrs.fields(type(component)) if f.init}
+    return {f.name: _plain(getattr(component, f.name)) for f in attrs.fields(type(component)) if f.init}
 
 
 def build(cls: type, settings: dict[str, Any], *, name: str | None = None) -> Any:

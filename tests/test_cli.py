@@ -48,7 +48,7 @@ def read_rows(path):
 
 @pytest.mark.parametrize("extra, fragment", [
     (["--set", "roundz=3"], "unknown key 'roundz'; allowed:"),
-    (["--set", "pipeline.aggregate=fedavgg"], "unknown component 'fedavgg' (did you mean fedavg"),
+    (["--set", "pipeline.aggregate=fedavgg"], "unknown component 'fedavgg' for slot 'aggregate' (did you mean fedavg"),
     (["--set", "rounds='three'"], "rounds = 'three' has type string; expected integer"),
     (["--set", "rounds=[1,"], "is not valid TOML"),
     (["--set", "dataset={name='image-folder', train='/nonexistent/x'}"], "/nonexistent/x"),

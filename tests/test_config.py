@@ -104,7 +104,7 @@ def test_missing_required_key_and_missing_file(tmp_path):
 
 
 @pytest.mark.parametrize("sets, fragment", [
-    (["pipeline.aggregate=fedavgg"], "unknown component 'fedavgg' (did you mean fedavg"),
+    (["pipeline.aggregate=fedavgg"], "unknown component 'fedavgg' for slot 'aggregate' (did you mean fedavg"),
     (["pipeline.local_update.lrr=0.1"], "unknown setting(s) ['lrr']"),
     (["pipeline.local_update.lr=-1.0"], "out of range"),
     (["pipeline.aggregate=sgd"], "does not provide the 'aggregate' slot"),
@@ -113,7 +113,7 @@ def test_missing_required_key_and_missing_file(tmp_path):
     (["dataset.nn=3"], "dataset synthetic: unknown setting 'nn'; allowed: n, n_test, noise, num_classes, seed"),
     (["dataset.n='many'"], "dataset synthetic.n = 'many' has type string; expected integer"),
     (["model=resnet"], "unknown model 'resnet'"),
-    (["executor=threads"], "executor = 'threads' is not known; choose one of: inline, ray"),
+    (["executor=threads"], "executor = 'threads': unknown executor 'threads'; choose one of: inline, ray"),
     (["clock.speed=2.0"], "clock: unknown setting 'speed'"),
     (["faults.dropout_during='often'"], "faults.dropout_during = 'often' has type string"),
 ])

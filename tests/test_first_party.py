@@ -13,12 +13,13 @@ def test_index_matches_what_each_installed_first_party_distribution_registers():
         assert {k: set(v) for k, v in names.items()} == dict(registered[dist]), dist
         plugin = next(p for p in fedcore.list_plugins() if p.distribution == dist)
         assert plugin.module.partition(".")[0] == package and first_party.distribution_of(plugin.module) == dist
-    # every first-party distribution in the dev environment is indexed; the core's own names are not
-    assert set(registered) - set(first_party.DISTRIBUTIONS) == {"fedcore"}
+    # every first-party distribution in the dev environment is indexed; the core's own names are not, nor the
+    # third-party fixture's
+    assert set(registered) - set(first_party.DISTRIBUTIONS) == {"fedcore", "fedcore-robust"}
+    assert first_party.PACKAGES["lora-share"] == "fedcore-lora" and "trimmed-mean" not in first_party.PACKAGES
 
 
 def test_hint_names_the_distribution_to_install():
-    assert first_party.install_hint("lora-share") == "'lora-share' is provided by fedcore-lora: pip install fedcore-lora"
     assert first_party.provider("sl") == "fedcore-split" and first_party.provider("prompted-clip", "model") == "fedcore-clip"
     assert first_party.provider("prompted-clip") is None  # a model, not a component
-    assert first_party.install_hint("fedavg") is None and first_party.install_hint("no-such-thing") is None
+    assert first_party.provider("fedavg") is None and first_party.provider("no-such-thing") is None

@@ -115,10 +115,18 @@ def test_install_run_by_name_uninstall(tmp_path):
     gone = _run([str(py), "-c", JOB], tmp_path, env)
     assert gone.returncode != 0
     last = gone.stderr.strip().splitlines()[-1]
-    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean'"), gone.stderr
-    choices = last.split("; choose one of: ")[1].split(", ")
-    assert {"all-data", "dirichlet", "fedavg", "global-eval", "iid", "sgd", "uniform", "whole-model"} <= set(choices)
-    assert "median" not in last
+    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean' for slot "
+                           "'aggregate'"), gone.stderr
+    choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
+    assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
+    assert note == "builtin (fedcore 0.1.0))" and "median" not in last
+
+    # a first-party method plugin that is not installed: one line naming the package to install
+    first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],
+                       tmp_path, env)
+    assert first_party.stderr.strip().splitlines()[-1] == (
+        "fedcore.errors.UnknownComponentError: unknown component 'fedv' for slot 'aggregate': it is provided by the "
+        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party.stderr
 
 
 # -- the core alone: no timm, no peft, no open_clip, no substrate or plugin ------------------------------------
@@ -192,23 +200,14 @@ def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_o
     assert core == history(tmp_path / "full")  # the plain-torch micro CNN is timm's, number for number
 
 
-def test_core_only_naming_a_substrate_component_is_one_error_line(core_only, tmp_path):
+def test_core_only_naming_a_substrate_component_is_one_line_naming_its_package(core_only, tmp_path):
     run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "pipeline.split=lora-share",
                    "--out", str(tmp_path / "x"))
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedcore: error: ") and "'lora-share'" in lines[0], run.stderr
+    assert "provided by the fedcore-lora package, which is not installed (pip install fedcore-lora)" in lines[0]
     assert not (tmp_path / "x").exists()  # refused before any work
-
-
-@pytest.mark.xfail(strict=True, reason="FOR THE LEAD: the catalogue's unknown-component message does not name the "
-                   "package yet; the discover helper wires fedcore.first_party.install_hint into it. Remove this mark "
-                   "when it lands (strict: the test then fails until the mark is removed).")
-def test_core_only_naming_a_substrate_component_says_which_package_to_install(core_only, tmp_path):
-    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "pipeline.split=lora-share",
-                   "--out", str(tmp_path / "x"))
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "fedcore-lora" in lines[0], run.stderr
 
 
 def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only, tmp_path):

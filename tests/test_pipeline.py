@@ -210,13 +210,18 @@ def test_from_config_builds_named_components_with_settings():
     assert pipe.describe()["slots"]["aggregate"] == "fedavg"
 
 
-def test_from_config_unknown_component_lists_the_choices():
+def test_from_config_unknown_component_lists_the_choices_of_that_slot_only():
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"aggregate": "fedavgg"})
     msg = str(err.value)
-    assert re.match(r"unknown component 'fedavgg' \(did you mean fedavg[,)].*; choose one of: ", msg)
-    for name in ("all-data", "dirichlet", "fedavg", "global-eval", "iid", "sgd", "shards", "uniform", "whole-model"):
-        assert name in msg
+    assert re.match(r"unknown component 'fedavgg' for slot 'aggregate' \(did you mean fedavg[,)].*; choose one of: ", msg)
+    choices, _, note = msg.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
+    assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", "))
+    assert not {"all-data", "dirichlet", "global-eval", "iid", "sgd", "uniform", "whole-model"} & set(choices.split(", "))
+    assert "builtin (fedcore " in note  # which installed plugins provide the slot
+    with pytest.raises(UnknownComponentError) as err:  # a plugin table is not a slot: every component is a choice
+        fedcore.Pipeline.from_config({"plugins": ["fedavgg"]})
+    assert "for slot" not in str(err.value) and "sgd" in str(err.value)
 
 
 def test_from_config_unknown_key_and_bad_tables():

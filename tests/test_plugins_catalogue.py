@@ -142,6 +142,8 @@ def test_a_broken_plugin_is_recorded_and_fails_only_when_asked_for(out):
     # a name that may come from the broken plugin raises its import failure
     assert res["broken-agg"].startswith("BrokenPluginError: component 'broken-agg' may come from plugin 'broken' (fc-broken)")
     assert "fc_broken needs libfoo" in res["broken-agg"] and "restart the process" in res["broken-agg"]
+    # the first line alone (what the CLI prints) names the import failure, e.g. the package that is missing
+    assert res["broken-agg"].splitlines()[0].endswith("which failed to import: ImportError: fc_broken needs libfoo")
     # an unrelated unknown name lists the choices and names the broken plugin as the cause
     assert res["no-such-thing"].startswith("UnknownComponentError: unknown component 'no-such-thing'")
     assert "choose one of:" in res["no-such-thing"] and "alpha-agg" in res["no-such-thing"]

@@ -66,7 +66,7 @@ class FedAsyncMix:
     """
 
     alpha: float = setting(0.6, low=0.0, high=1.0, low_open=True, help="mixing weight α")
-    staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS)
+    staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS, help="staleness discount s(τ)")
     a: float = setting(0.5, low=0.0, help="polynomial exponent / hinge slope")
     b: float = setting(4.0, low=0.0, help="hinge threshold")
 

@@ -38,7 +38,8 @@ def weighted_mean(updates: Sequence[ClientUpdate], weights: Sequence[float]) -> 
 class FedAvg:
     """Weighted mean of client entries; ``weighting="samples"`` (default) or ``"uniform"``."""
 
-    weighting: str = setting("samples", choices=("samples", "uniform"))
+    weighting: str = setting("samples", choices=("samples", "uniform"),
+                              help="weight each update by its sample count, or equally")
 
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:

@@ -39,7 +39,8 @@ class BufferedSchedule:
     buffer_size: int = setting(10, low=1, help="K: updates per aggregation")
     concurrency: int | None = setting(None, kind=int, low=1, optional=True,
                                       help="clients training at once (default: all)")
-    max_staleness: int | None = setting(None, kind=int, low=0, optional=True)
+    max_staleness: int | None = setting(None, kind=int, low=0, optional=True,
+                                         help="drop updates staler than this (None = keep all)")
 
     @fedcore.hookimpl
     def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> BufferedRounds:
@@ -59,9 +60,9 @@ class FedBuffStep:
     """FedBuff's server step on deltas, discounted by staleness (``s(τ) = 1/sqrt(1+τ)`` by default)."""
 
     server_lr: float = setting(1.0, low=0.0, low_open=True, help="η_g")
-    staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS)
-    a: float = setting(0.5, low=0.0)
-    b: float = setting(4.0, low=0.0)
+    staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS, help="staleness discount s(τ)")
+    a: float = setting(0.5, low=0.0, help="polynomial exponent / hinge slope")
+    b: float = setting(4.0, low=0.0, help="hinge threshold")
     weighting: str = setting("uniform", choices=("uniform", "samples"), help="1/K (paper) or sample-weighted")
 
     @fedcore.hookimpl

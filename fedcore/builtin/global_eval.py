@@ -32,7 +32,7 @@ def accuracy_and_loss(model: nn.Module, dataset: Any, indices: Any = None, batch
 class GlobalEval:
     """``test_accuracy`` and ``test_loss`` of the global model; nothing when there is no test set."""
 
-    batch_size: int = setting(512, low=1)
+    batch_size: int = setting(512, low=1, help="evaluation batch size")
 
     @fedcore.hookimpl
     def fedcore_evaluate(self, model: nn.Module, dataset: Any) -> dict[str, float]:

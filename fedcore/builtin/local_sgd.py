@@ -30,10 +30,10 @@ class SGDUpdate:
 
     lr: float = setting(0.05, low=0.0, low_open=True, help="learning rate")
     epochs: int = setting(1, low=1, help="local epochs")
-    batch_size: int = setting(32, low=1)
-    optimizer: str = setting("sgd", choices=("sgd", "adam"))
-    momentum: float = setting(0.0, low=0.0, high=1.0, high_open=True)
-    weight_decay: float = setting(0.0, low=0.0)
+    batch_size: int = setting(32, low=1, help="minibatch size")
+    optimizer: str = setting("sgd", choices=("sgd", "adam"), help="local optimizer")
+    momentum: float = setting(0.0, low=0.0, high=1.0, high_open=True, help="SGD momentum")
+    weight_decay: float = setting(0.0, low=0.0, help="L2 penalty of the optimizer")
     mu: float = setting(0.0, low=0.0, help="FedProx proximal coefficient (0 = plain local SGD)")
 
     @fedcore.hookimpl

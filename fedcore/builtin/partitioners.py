@@ -29,7 +29,8 @@ class GivenPartition:
     The engine still checks it: one list per client, no empty client, indices inside the training set.
     """
 
-    parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v))
+    parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v),
+                               metadata={"help": "one list of training-set indices per client"})
 
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int) -> Partition:
@@ -138,7 +139,7 @@ class FewShotPartition:
     """
 
     shots: int = setting(4, low=1, help="samples per class per client")
-    mode: str = setting("iid", choices=("iid", "disjoint", "random_classes"))
+    mode: str = setting("iid", choices=("iid", "disjoint", "random_classes"), help="how classes are drawn")
     classes_per_client: int = setting(2, low=1, help="for mode=random_classes")
     pool_multiplier: int = setting(1, low=1, help="candidate pool size, in multiples of shots")
 
@@ -186,7 +187,7 @@ class QuantitySkewPartition:
     """IID labels, unequal sizes: client shares ~ Dir(beta) over clients, at least ``min_size`` each."""
 
     beta: float = setting(0.5, low=0.0, low_open=True, help="concentration; small = more unequal sizes")
-    min_size: int = setting(10, low=1)
+    min_size: int = setting(10, low=1, help="minimum samples per client")
 
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:

@@ -2,6 +2,9 @@
 import fedcore
 from fedcore import builtin
 from fedcore.builtin import datasets_and_models
+from fedcore.engine.executor import InlineExecutor
+from fedcore.engine.ray_executor import RayExecutor
+from fedcore.experiment import runtime_tables
 
 
 @fedcore.hookimpl
@@ -24,3 +27,6 @@ def fedcore_register_components(registry):
     registry.add("fedbuff", builtin.FedBuffStep)
     registry.add("global-eval", builtin.GlobalEval)
     datasets_and_models.register(registry)
+    registry.add_executor("inline", InlineExecutor)
+    registry.add_executor("ray", RayExecutor)
+    runtime_tables.register(registry)  # clock, profiles, faults

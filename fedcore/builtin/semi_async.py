@@ -62,7 +62,8 @@ class SemiAsyncSchedule:
     t_clk: float = setting(0.0, low=0.0, help="T_clk: virtual seconds to keep accepting after μN arrivals")
     arrivals: int | None = setting(None, kind=int, low=1, optional=True, help="wait for this many instead of ceil(μN)")
     close_early: bool = setting(False, help="stop waiting when no client is busy")
-    max_staleness: int | None = setting(None, kind=int, low=0, optional=True)
+    max_staleness: int | None = setting(None, kind=int, low=0, optional=True,
+                                         help="drop updates staler than this (None = keep all)")
 
     @fedcore.hookimpl
     def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> SemiAsyncRounds:

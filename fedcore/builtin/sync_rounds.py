@@ -49,7 +49,7 @@ class UniformSync:
     """Each round, ``max(min_clients, round(fraction·N))`` clients drawn uniformly without replacement."""
 
     fraction: float = setting(1.0, low=0.0, high=1.0, low_open=True, help="participation fraction per round")
-    min_clients: int = setting(1, low=1)
+    min_clients: int = setting(1, low=1, help="fewest updates a round aggregates")
     deadline: float | None = setting(None, kind=float, low=0.0, low_open=True, optional=True,
                                      help="virtual seconds per round; stragglers past it are dropped")
 

@@ -5,7 +5,6 @@
 
 The ``fedcore`` command (:mod:`fedcore.cli`) is a thin layer over this package.
 """
-from fedcore.experiment import runtime_tables  # noqa: F401  (registers the clock/profiles/faults tables)
 from fedcore.experiment.build import Materials, Plan, materialize, plan
 from fedcore.experiment.config import load_config, register_table
 from fedcore.experiment.report import load_runs, write_report

@@ -21,17 +21,11 @@ import torch
 
 import fedcore
 from fedcore.errors import ConfigError, FedcoreError
-from fedcore.experiment.config import EXTENSIONS, _show, _type_name
+from fedcore.experiment.config import _show, _type_name, tables
 from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.pipeline import Pipeline
 from fedcore.registry import Entry
 from fedcore.settings import settings_of
-
-EXECUTORS: dict[str, str] = {
-    "inline": "fedcore.engine.executor:InlineExecutor",
-    "ray": "fedcore.engine.ray_executor:RayExecutor",
-}
-"""Executor names -> ``module:Class``; another subsystem adds its own (``EXECUTORS["ray"] = ...``)."""
 
 RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "dataset", "model", "pipeline")
 """Top-level keys that change what a run computes (with every extension table); the fingerprint covers them."""
@@ -111,9 +105,8 @@ def load_object(path: str) -> Any:
 
 
 def load_executor_class(name: str) -> type:
-    if name not in EXECUTORS:
-        raise ConfigError(f"executor = {name!r} is not known; choose one of: {', '.join(sorted(EXECUTORS))}")
-    return load_object(EXECUTORS[name])
+    """The executor class registered as ``name`` (``registry.add_executor``: built-in ``inline`` and ``ray``)."""
+    return lookup("executor", name).obj
 
 
 def _plain(value: Any) -> Any:
@@ -175,7 +168,7 @@ class Plan:
 
 def fingerprint(resolved: Mapping[str, Any]) -> str:
     """A hash of what determines the results (not the name, executor, checkpoint or output options)."""
-    keys = list(RESULT_KEYS) + sorted(EXTENSIONS)
+    keys = list(RESULT_KEYS) + sorted(tables())
     core = {k: resolved.get(k) for k in keys if k in resolved}
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -265,7 +258,7 @@ def materialize(p: Plan) -> Materials:
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
                                       eval_every=cfg["eval_every"])
     context = {"seed": cfg["seed"], "num_clients": cfg["num_clients"], "train": train, "test": test}
-    for name, ext in EXTENSIONS.items():
+    for name, ext in tables().items():
         if name in cfg and ext.build is not None:
             try:
                 run_kwargs.update(ext.build(cfg[name], context))

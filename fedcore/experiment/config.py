@@ -24,8 +24,9 @@
     tensorboard = false
     save_model = true
 
-Unknown keys are errors; new top-level tables are added with :func:`register_table`, so a
-subsystem (the simulated clock, device profiles) extends the schema without touching this file.
+Unknown keys are errors; new top-level tables come from plugins (``registry.add_table`` in
+``fedcore_register_components``: the built-in plugin adds clock, profiles and faults) or from
+:func:`register_table`, so a subsystem extends the schema without touching this file.
 """
 from __future__ import annotations
 
@@ -113,15 +114,37 @@ class Table:
     key: Key
     check: Callable[[Any, str], None] | None = None
     build: Callable[[Any, Mapping[str, Any]], Mapping[str, Any]] | None = None
+    settings: str | None = None
+    """``"module:Class"`` whose keyword settings the table holds (shown by ``fedcore describe NAME``)."""
 
 
 EXTENSIONS: dict[str, Table] = {}
+"""Tables added in this process with :func:`register_table` (scripts, tests); plugins register theirs
+through the catalogue (``registry.add_table``), see :func:`tables`."""
+
+
+def tables() -> dict[str, Table]:
+    """Every extension table: the catalogue's (``registry.add_table`` in a plugin, e.g. the built-in clock,
+    profiles and faults) and those added with :func:`register_table`."""
+    import fedcore.plugins
+
+    out = {e.name: e.obj for e in fedcore.plugins.registry().entries("table")}
+    for name in out:
+        if name in TOP_LEVEL and name not in EXTENSIONS:
+            raise ConfigError(f"config table {name!r} registered by a plugin is already a key of every config")
+    return {**out, **EXTENSIONS}
+
+
+def top_level() -> dict[str, Key]:
+    """Every allowed top-level key: the core's and the extension tables'."""
+    return {**TOP_LEVEL, **{name: table.key for name, table in tables().items()}}
 
 
 def register_table(name: str, *, kind: tuple[type, ...] = (dict,), default: Any = None, help: str = "",
                    check: Callable[[Any, str], None] | None = None,
                    build: Callable[[Any, Mapping[str, Any]], Mapping[str, Any]] | None = None) -> None:
-    """Allow a new top-level key ``name`` in experiment configs."""
+    """Allow a new top-level key ``name`` in experiment configs, in this process (a plugin registers its
+    tables through the catalogue instead: ``registry.add_table(name, Table(...))``)."""
     if name in TOP_LEVEL:
         raise ValueError(f"config key {name!r} is already defined")
     TOP_LEVEL[name] = Key(kind=kind, default=default, help=help)
@@ -136,11 +159,12 @@ def validate(config: Mapping[str, Any], *, source: str = "config") -> dict[str, 
     """The config with top-level defaults filled in; the first problem raises a one-line ConfigError."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the config must be a table")
-    unknown = [k for k in config if k not in TOP_LEVEL]
+    keys, extensions = top_level(), tables()
+    unknown = [k for k in config if k not in keys]
     if unknown:
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; allowed: {allowed_line(TOP_LEVEL)}")
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; allowed: {allowed_line(keys)}")
     out: dict[str, Any] = {}
-    for name, key in TOP_LEVEL.items():
+    for name, key in keys.items():
         if name not in config:
             if key.default is REQUIRED:
                 raise ConfigError(f"{source}: missing required key {name!r} ({key.help})")
@@ -164,7 +188,7 @@ def validate(config: Mapping[str, Any], *, source: str = "config") -> dict[str, 
         for k, key in keys.items():
             filled[k] = key.check(f"{table}.{k}", given[k]) if k in given else copy.deepcopy(key.default)
         out[table] = filled
-    for name, ext in EXTENSIONS.items():
+    for name, ext in extensions.items():
         if name in out and ext.check is not None:
             ext.check(out[name], name)
     return out

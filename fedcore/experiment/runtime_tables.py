@@ -9,7 +9,8 @@
     [faults]                      # seeded faults: fedcore.runtime.Faults settings
     dropout_during = 0.1
 
-Each table is checked when the config is read (unknown settings, wrong types) and built when the
+The built-in plugin registers them through the catalogue (``registry.add_table``), as a third-party
+plugin registers its own. Each table is checked when the config is read (unknown settings, wrong types) and built when the
 run is materialized; the objects go to :meth:`fedcore.Pipeline.run` as ``clock=``, ``profiles=``
 and ``faults=``.
 """
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedcore.errors import ConfigError
-from fedcore.experiment.config import register_table
+from fedcore.experiment.config import Key, Table
 
 
 def _settings_check(factory_path: str):
@@ -59,10 +60,23 @@ def _build_faults(value: Mapping[str, Any], context: Mapping[str, Any]) -> dict[
     return {"faults": Faults(**dict(value))}
 
 
-register_table("clock", help="simulated device time: fedcore.runtime.SimClock settings (default_profile, ...)",
-               check=_settings_check("fedcore.runtime:SimClock"), build=_build_clock)
-register_table("profiles", kind=(dict, list), help="device profile per client: [\"phone\", ...] or "
-               "{ weights = { watch = 4, phone = 2 } } (fedcore.runtime.ProfileAssignment)",
-               check=_check_profiles, build=_build_profiles)
-register_table("faults", help="seeded faults: fedcore.runtime.Faults settings (dropout_during, lost_upload, ...)",
-               check=_settings_check("fedcore.runtime:Faults"), build=_build_faults)
+TABLES: dict[str, Table] = {
+    "clock": Table(key=Key(kind=(dict,), default=None, help="simulated device time: fedcore.runtime.SimClock "
+                           "settings (default_profile, ...)"),
+                   check=_settings_check("fedcore.runtime:SimClock"), build=_build_clock,
+                   settings="fedcore.runtime:SimClock"),
+    "profiles": Table(key=Key(kind=(dict, list), default=None, help="device profile per client: [\"phone\", ...] "
+                              "or { weights = { watch = 4, phone = 2 } } (fedcore.runtime.ProfileAssignment)"),
+                      check=_check_profiles, build=_build_profiles,
+                      settings="fedcore.runtime:ProfileAssignment"),
+    "faults": Table(key=Key(kind=(dict,), default=None, help="seeded faults: fedcore.runtime.Faults settings "
+                            "(dropout_during, lost_upload, ...)"),
+                    check=_settings_check("fedcore.runtime:Faults"), build=_build_faults,
+                    settings="fedcore.runtime:Faults"),
+}
+
+
+def register(registry: Any) -> None:
+    """Called by the built-in plugin: the runtime's tables join the catalogue like any plugin's."""
+    for name, table in TABLES.items():
+        registry.add_table(name, table)

@@ -1,0 +1,149 @@
+"""Executors and config tables come from the catalogue: a third-party distribution, built and pip-installed into
+tmp_path, adds an executor and a config table by name, and a config naming them runs in a fresh interpreter."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import textwrap
+import tomllib
+
+import pytest
+
+import fedcore
+
+PLUGIN = '''
+"""A third-party executor that logs every job it runs, and a config table that labels the run."""
+import json
+
+import fedcore
+from fedcore.engine.executor import InlineExecutor
+from fedcore.errors import ConfigError
+from fedcore.experiment.config import Key, Table
+
+
+class LoggingExecutor(InlineExecutor):
+    """Inline, plus one line per job in ``log``."""
+
+    def __init__(self, *, log: str) -> None:
+        self.log = log
+
+    def run(self, jobs):
+        results = super().run(jobs)
+        with open(self.log, "a") as fh:
+            for result in results:
+                fh.write(json.dumps({"client": result.client_id}) + "\\n")
+        return results
+
+
+def check_label(value, where):
+    if not isinstance(value.get("text"), str):
+        raise ConfigError(f"{where}.text must be a string")
+
+
+@fedcore.hookimpl
+def fedcore_register_components(registry):
+    registry.add_executor("logging", LoggingExecutor)
+    registry.add_table("label", Table(key=Key(kind=(dict,), default=None, help="a label for the run"),
+                                      check=check_label, build=lambda value, context: {}))
+'''
+
+CONFIG = """
+name = "third-party-executor"
+rounds = 2
+num_clients = 3
+seed = 0
+dataset = { name = "synthetic", n = 96, n_test = 48 }
+model = "tiny-mlp"
+executor = { name = "logging", log = "LOG" }
+
+[label]
+text = "hello"
+
+[pipeline]
+local_update = { name = "sgd", lr = 0.1 }
+"""
+
+
+def make_dist(root: Path) -> Path:
+    d = root / "fc-exec"
+    d.mkdir(parents=True)
+    (d / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "fc-exec"
+        version = "2.0.1"
+        [project.entry-points.fedcore]
+        fcexec = "fc_exec"
+        [tool.setuptools]
+        py-modules = ["fc_exec"]
+    """))
+    (d / "fc_exec.py").write_text(PLUGIN)
+    return d
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("exec-dist")
+    target = root / "site"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+           "--target", str(target), str(make_dist(root))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return target
+
+
+def fedcore_cli(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEDCORE_")}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run([sys.executable, "-m", "fedcore", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=300)
+
+
+def test_a_third_party_executor_and_table_run_by_name(site, tmp_path):
+    log = tmp_path / "jobs.jsonl"
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.replace("LOG", str(log)))
+    proc = fedcore_cli(site, tmp_path, "run", str(config), "--out", str(tmp_path / "run"), "--progress", "none")
+    assert proc.returncode == 0, proc.stderr
+    jobs = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    assert sorted(j["client"] for j in jobs) == sorted(c for r in rows for c in r["clients"])  # every job it ran
+    assert {j["client"] for j in jobs} == {0, 1, 2}
+    resolved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
+    assert resolved["executor"] == {"name": "logging", "log": str(log)} and resolved["label"] == {"text": "hello"}
+
+    described = fedcore_cli(site, tmp_path, "describe", "logging", "--json")
+    assert described.returncode == 0, described.stderr
+    info = json.loads(described.stdout)
+    assert (info["kind"], info["plugin"], info["distribution"], info["version"]) == ("executor", "fcexec", "fc-exec",
+                                                                                     "2.0.1")
+    assert info["settings"] == [{"name": "log", "type": "str", "required": True, "default": None, "allowed": "",
+                                 "help": ""}]
+
+
+def test_a_plugin_table_is_checked_and_unknown_executors_list_the_registered_ones(site, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.replace('text = "hello"', "text = 3"))
+    bad = fedcore_cli(site, tmp_path, "describe", str(config))
+    assert bad.returncode == 2 and bad.stderr.strip() == "fedcore: error: label.text must be a string"
+    config.write_text(CONFIG.replace('name = "logging"', 'name = "loging"'))
+    bad = fedcore_cli(site, tmp_path, "describe", str(config))
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("fedcore: error: executor = 'loging': unknown executor 'loging' (did you mean "
+                                  "logging?); choose one of: inline, logging, ray")
+
+
+def test_builtin_executors_and_tables_are_catalogue_entries():
+    registry = fedcore.plugins.registry()
+    assert {"inline", "ray"} <= set(registry.names("executor"))
+    assert {"clock", "profiles", "faults"} <= set(registry.names("table"))
+    builtin = next(p for p in fedcore.list_plugins() if p.name == "builtin")
+    assert {"executor:inline", "executor:ray", "table:clock", "table:faults"} <= set(builtin.components)
+    with pytest.raises(TypeError, match="takes a fedcore.experiment.config.Table"):
+        registry.add_table("nope", {"key": 1})
