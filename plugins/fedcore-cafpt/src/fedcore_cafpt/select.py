@@ -63,7 +63,7 @@ class CaFPT:
     @fedcore.hookimpl
     def fedcore_run_start(self, run: Any) -> None:
         """Check every client's pool before any training: a client failure would otherwise only be logged."""
-        from fedcore.data.arrays import labels_of
+        from fedcore.data import labels_of
 
         labels = labels_of(run.train)
         pools = run.partition.pool or run.partition.train

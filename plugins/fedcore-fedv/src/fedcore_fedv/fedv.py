@@ -22,6 +22,7 @@ import fedcore
 from fedcore.settings import setting
 from fedcore.split import (
     SPSA,
+    Segment,
     aggregate_split,
     build_share,
     layout_for,
@@ -30,7 +31,6 @@ from fedcore.split import (
     server_state,
     train_split,
 )
-from fedcore.split.stages import Segment
 from fedcore.types import ClientInfo, ClientUpdate, Share
 from fedcore_fedv.server import FedVServer
 

@@ -16,7 +16,7 @@ from torch import nn
 from fedcore import Pipeline
 from fedcore.builtin import FedAvg, FewShotPartition, GlobalEval, SGDUpdate, UniformSync, WholeModel
 from fedcore.prompt import FrozenCLIP
-from fedcore.prompt.backbone import ImagePrep, create_clip
+from fedcore.prompt import ImagePrep, create_clip
 
 
 class ImageTowerClassifier(nn.Module):

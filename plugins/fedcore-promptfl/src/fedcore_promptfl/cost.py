@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import attrs
 
-from fedcore.prompt.backbone import create_clip, parameter_counts
+from fedcore.prompt import create_clip, parameter_counts
 
 
 @attrs.frozen(kw_only=True)
