@@ -85,6 +85,12 @@ class FedV:
                           shared_direction=self.zo_shared_direction, round=ctx.round, seed=ctx.seed,
                           record=self.record_messages)
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, data_factory=lambda: tiny_data(n=48, n_test=24)))
+
     @fedcore.hookimpl
     def fedcore_run_start(self, run: Any) -> None:
         """Alg. 1 l.1, once at t = 0: random heads and tails (the tail is always fresh)."""
