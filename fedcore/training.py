@@ -59,6 +59,7 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     module.train()
     opt = make_optimizer(optimizer, params, lr, momentum, weight_decay)
     anchor = [p.detach().clone() for p in params] if mu is not None else None
+    half_mu = 0.5 * float(mu) if mu is not None else 0.0
     loss_sum, seen, step = 0.0, 0, 0
     for _ in range(epochs):
         for x, y in batches(data.dataset, data.indices, batch_size, generator=generator):
@@ -68,7 +69,7 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
             value = loss(module, x, y)
             total: Any = value
             if anchor is not None:
-                total = value + 0.5 * float(mu) * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
+                total = value + half_mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
             opt.zero_grad(set_to_none=True)
             total.backward()
             if clip_norm > 0:

@@ -96,7 +96,8 @@ def test_bad_input_names_the_problem():
 
 def test_there_is_one_optimizer_factory_and_one_local_loop():
     """No other module of the core or of a plugin defines its own ``make_optimizer`` or CE loop helper."""
-    sources = [*ROOT.glob("fedcore/**/*.py"), *ROOT.glob("plugins/*/src/**/*.py"), *ROOT.glob("substrates/*/src/**/*.py")]
+    sources = [*ROOT.glob("fedcore/**/*.py"), *ROOT.glob("plugins/*/src/**/*.py"),
+               *ROOT.glob("substrates/*/src/**/*.py")]
     owners = []
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):

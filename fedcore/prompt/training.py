@@ -3,7 +3,8 @@
 The loop is :func:`fedcore.training.train_epochs`: SGD with momentum and weight decay (Dassl
 defaults, as in the PromptFL code), an optional constant warm-up, then a cosine schedule over the
 local epochs restarted every call (spec 003b A26). The loss is cross-entropy over the global label
-space on ``exp(t)·cos`` logits, plus FedProx's ``(mu/2)·||P − P_0||²`` when ``mu`` is given. Image features come from the cache unless ``encode`` is given (augmentation).
+space on ``exp(t)·cos`` logits, plus FedProx's ``(mu/2)·||P − P_0||²`` when ``mu`` is given. Image
+features come from the cache unless ``encode`` is given (augmentation).
 """
 from __future__ import annotations
 

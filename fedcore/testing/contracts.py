@@ -272,7 +272,8 @@ def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixtu
     for i, component in enumerate(components):
         plan = plan_for(type(component))
         checks = list(checks_for(component, fixture or plan.fixture))
-        marks = expected_failure_marks(component, checks, {**plan.expected_for(component), **(expected_failed_checks or {})})
+        expected = {**plan.expected_for(component), **(expected_failed_checks or {})}
+        marks = expected_failure_marks(component, checks, expected)
         for check in checks:
             params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{check.__name__}",
                                        marks=marks.get(check.__name__, ())))
