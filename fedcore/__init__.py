@@ -1,13 +1,11 @@
 """fedcore: collaborative training of pre-trained models across heterogeneous edge clients.
 
-The public API plugins import: ``hookimpl``, ``Pipeline``, ``get``, ``list_plugins``, the records in
-``fedcore.types`` and the helpers in ``fedcore.data``, ``fedcore.settings`` and ``fedcore.testing``.
+``__all__`` here and in each public submodule is the public API: the names plugins may import.
+``docs/plugins.md`` ("The public API") lists the same names, and a test keeps the two in step.
 """
-import pluggy
-
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker("fedcore")
+from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
 
 from fedcore import _moved  # noqa: E402
 
@@ -19,7 +17,6 @@ from fedcore.errors import (  # noqa: E402
     BrokenPluginError,
     ConfigError,
     FedcoreError,
-    InvalidUpdateError,
     MissingSlotError,
     PluginConflictError,
     SlotConflictError,
@@ -41,7 +38,15 @@ from fedcore.types import (  # noqa: E402
 
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientInfo", "ClientState", "ClientUpdate",
-    "ConfigError", "FedcoreError", "InvalidUpdateError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
+    "ConfigError", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
     "PluginConflictError", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",
 ]
+
+
+def __getattr__(name: str) -> object:  # names removed in 0.2.0 keep working, with a warning, until 0.3.0
+    if name not in ("InvalidUpdateError",):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from fedcore._deprecated import removed_attribute
+
+    return removed_attribute(__name__, name)

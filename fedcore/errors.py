@@ -49,20 +49,15 @@ class MissingSlotError(FedcoreError):
     """A slot has no provider and no default, or its provider returned nothing."""
 
 
-class InvalidUpdateError(FedcoreError):
-    """A client update has NaN/Inf values, unknown keys or mismatched shapes."""
+__all__ = [
+    "BrokenPluginError", "ConfigError", "FedcoreError", "MissingSlotError", "PluginConflictError",
+    "SlotConflictError", "UnknownComponentError",
+]
 
 
-class ClientFailure(FedcoreError):
-    """A client raised inside its work; carries the client id and the formatted traceback."""
+def __getattr__(name: str) -> object:  # names removed in 0.2.0 keep working, with a warning, until 0.3.0
+    if name not in ("InvalidUpdateError", "ClientFailure", "check_choice"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from fedcore._deprecated import removed_attribute
 
-    def __init__(self, client_id: int, traceback_text: str) -> None:
-        super().__init__(f"client {client_id} failed:\n{traceback_text}")
-        self.client_id = client_id
-        self.traceback_text = traceback_text
-
-
-def check_choice(field: str, value: object, choices: Iterable[object]) -> None:
-    choices = list(choices)
-    if value not in choices:
-        raise ConfigError(f"{field}={value!r} is not allowed; choose one of: {', '.join(map(repr, choices))}")
+    return removed_attribute(__name__, name)

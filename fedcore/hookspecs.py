@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
         Share,
     )
 
-hookspec = pluggy.HookspecMarker("fedcore")
+from fedcore.markers import hookspec  # noqa: E402  (the leaf module both markers live in)
 
 # ---------------------------------------------------------------------------------------------
 # Registration hooks

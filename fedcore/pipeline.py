@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import metadata
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -25,6 +25,13 @@ from fedcore.errors import ConfigError, MissingSlotError, SlotConflictError
 from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.registry import slots_of
 from fedcore.settings import build, settings_of
+from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, ClientUpdate, Partition, Share
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fedcore.engine.context import RoundContext, RunContext
+    from fedcore.scheduling import Scheduler
 
 
 def _default_providers() -> dict[str, Any]:
@@ -45,42 +52,91 @@ def _distribution_of(module: str) -> tuple[str | None, str | None]:
 
 
 class Hooks:
-    """Typed facade over the pipeline's hooks (tox's idea): a slot that returns ``None`` is an error."""
+    """Typed facade over a pipeline's hooks: one method per hook, with the hookspec's signature.
+
+    Every call goes through pluggy, so wrappers run around slots and observers alike. A slot that
+    returns ``None`` is an error naming its provider; ``fedcore_collect_metrics`` returns the
+    contributions merged into one dict (a key given twice is an error naming both components).
+    """
 
     def __init__(self, pm: pluggy.PluginManager, pipeline: Pipeline) -> None:
         self._pm = pm
         self._pipeline = pipeline
-        for hook in SLOT_HOOKS.values():
-            setattr(self, hook, self._slot(hook))
-        for hook in hookspecs.OBSERVER_HOOKS:
-            if hook != "fedcore_collect_metrics":
-                setattr(self, hook, getattr(pm.hook, hook))
 
-    def _slot(self, hook: str):
+    def _slot(self, hook: str, **kwargs: Any) -> Any:
         caller = getattr(self._pm.hook, hook)
+        result = caller(**kwargs)
+        if result is None:
+            providers = [self._pipeline.name_of(i.plugin) for i in caller.get_hookimpls() if not i.wrapper]
+            raise MissingSlotError(f"{hook} returned None (provider: {', '.join(providers) or 'none'})")
+        return result
 
-        def call(**kwargs: Any) -> Any:
-            result = caller(**kwargs)
-            if result is None:
-                providers = [self._pipeline.name_of(i.plugin) for i in caller.get_hookimpls() if not i.wrapper]
-                raise MissingSlotError(f"{hook} returned None (provider: {', '.join(providers) or 'none'})")
-            return result
+    # -- slots (firstresult: exactly one provider) -------------------------------------------
 
-        call.__name__ = hook
-        return call
+    def fedcore_partition(self, *, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
+        return self._slot("fedcore_partition", dataset=dataset, num_clients=num_clients, test_dataset=test_dataset,
+                          run=run)
 
-    def collect_metrics(self, **kwargs: Any) -> dict[str, float]:
-        """Call every ``fedcore_collect_metrics`` in pipeline order and merge; duplicate keys are errors."""
+    def fedcore_make_scheduler(self, *, clients: Sequence[ClientInfo], run: RunContext) -> Scheduler:
+        return self._slot("fedcore_make_scheduler", clients=clients, run=run)
+
+    def fedcore_split_model(self, *, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext
+                            ) -> Share:
+        return self._slot("fedcore_split_model", model=model, client=client, state=state, ctx=ctx)
+
+    def fedcore_select_data(self, *, client: ClientInfo, indices: Sequence[int], dataset: Any, share: Share,
+                            state: ClientState, ctx: RoundContext) -> Sequence[int]:
+        return self._slot("fedcore_select_data", client=client, indices=indices, dataset=dataset, share=share,
+                          state=state, ctx=ctx)
+
+    def fedcore_local_update(self, *, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
+                             ctx: RoundContext) -> ClientUpdate:
+        return self._slot("fedcore_local_update", client=client, share=share, data=data, state=state, ctx=ctx)
+
+    def fedcore_aggregate(self, *, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+                          ) -> AggregateResult:
+        return self._slot("fedcore_aggregate", model=model, updates=updates, ctx=ctx)
+
+    def fedcore_evaluate(self, *, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],
+                         states: Mapping[int, ClientState], ctx: RoundContext) -> Mapping[str, float]:
+        return self._slot("fedcore_evaluate", model=model, dataset=dataset, clients=clients, states=states, ctx=ctx)
+
+    # -- observers (every implementation runs, in pipeline order) ----------------------------
+
+    def fedcore_run_start(self, *, run: RunContext) -> None:
+        self._pm.hook.fedcore_run_start(run=run)
+
+    def fedcore_round_start(self, *, ctx: RoundContext) -> None:
+        self._pm.hook.fedcore_round_start(ctx=ctx)
+
+    def fedcore_client_done(self, *, client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
+        self._pm.hook.fedcore_client_done(client=client, update=update, ctx=ctx)
+
+    def fedcore_collect_metrics(self, *, ctx: RoundContext) -> dict[str, float]:
+        """Every contribution (after any wrappers), merged in pipeline order; a key given twice is an error."""
+        hook = self._pm.hook.fedcore_collect_metrics
+        contributions = hook(ctx=ctx)
+        # pluggy returns the non-None results in call order: observers in reverse registration order
+        observers = [self._pipeline.name_of(i.plugin) for i in reversed(hook.get_hookimpls())
+                     if not (i.wrapper or i.hookwrapper)]
         merged: dict[str, float] = {}
-        owner: dict[str, str] = {}
-        for impl in reversed(self._pm.hook.fedcore_collect_metrics.get_hookimpls()):
-            out = impl.function(**{a: kwargs[a] for a in impl.argnames})
-            for k, v in (out or {}).items():
-                name = self._pipeline.name_of(impl.plugin)
-                if k in merged:
-                    raise ValueError(f"metric {k!r} is contributed by both {owner[k]} and {name}")
-                merged[k], owner[k] = float(v), name
+        owner: dict[str, int] = {}
+        for position, metrics in enumerate(contributions):
+            for key, value in metrics.items():
+                if key in merged:
+                    if len(contributions) == len(observers):
+                        raise ValueError(f"metric {key!r} is contributed by both {observers[owner[key]]} and "
+                                         f"{observers[position]}")
+                    raise ValueError(f"metric {key!r} is contributed twice, by two of: {', '.join(observers)} "
+                                     f"(an observer that returns None cannot be told apart; return {{}} instead)")
+                merged[key], owner[key] = float(value), position
         return merged
+
+    def fedcore_round_end(self, *, ctx: RoundContext, record: Mapping[str, Any]) -> None:
+        self._pm.hook.fedcore_round_end(ctx=ctx, record=record)
+
+    def fedcore_run_end(self, *, run: RunContext, history: Sequence[Mapping[str, Any]]) -> None:
+        self._pm.hook.fedcore_run_end(run=run, history=history)
 
 
 class Pipeline:

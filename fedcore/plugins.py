@@ -200,3 +200,8 @@ def list_components(slot: str | None = None) -> list[Entry]:
     """Registered components, optionally only those that provide ``slot``."""
     entries = registry().entries("component")
     return [e for e in entries if slot is None or slot in e.slots]
+
+
+__all__ = [
+    "GROUP", "PluginInfo", "get", "list_components", "list_plugins", "lookup", "refresh", "registry"
+]

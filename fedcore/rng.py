@@ -26,3 +26,8 @@ def torch_generator(seed: int, *parts: object) -> torch.Generator:
 
 def numpy_generator(seed: int, *parts: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, *parts))
+
+
+__all__ = [
+    "derive_seed", "numpy_generator", "torch_generator"
+]

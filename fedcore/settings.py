@@ -146,3 +146,8 @@ def build(cls: type, settings: dict[str, Any], *, name: str | None = None) -> An
         raise ConfigError(f"{label}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{label}: {exc}") from None
+
+
+__all__ = [
+    "build", "setting", "settings_of"
+]

@@ -61,3 +61,8 @@ class Stash:
 
     def items(self) -> list[tuple[StashKey[Any], Any]]:
         return list(self._data.items())
+
+
+__all__ = [
+    "Stash", "StashKey"
+]

@@ -165,3 +165,9 @@ class ServerState:
     version: int = 0
     stash: Stash = attrs.field(factory=Stash, repr=False)
     client_views: dict[int, TensorDict] = attrs.field(factory=dict, repr=False)
+
+
+__all__ = [
+    "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "Partition", "ServerState",
+    "Share", "TensorDict"
+]

@@ -42,6 +42,12 @@ class BufferedSchedule:
     max_staleness: int | None = setting(None, kind=int, low=0, optional=True,
                                          help="drop updates staler than this (None = keep all)")
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(presets=[cls(buffer_size=2)])  # the default waits for 10 arrivals; the fixture has 3 clients
+
     @fedcore.hookimpl
     def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> BufferedRounds:
         n = len(clients)

@@ -4,20 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import torch
-from torch import nn
 
 import fedcore
-from fedcore.data.arrays import batches
 from fedcore.settings import setting
+from fedcore.training import train_epochs
 from fedcore.types import ClientData, ClientUpdate, Share
-
-
-def make_optimizer(name: str, params: list[nn.Parameter], lr: float, momentum: float, weight_decay: float
-                   ) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -39,24 +30,9 @@ class SGDUpdate:
     @fedcore.hookimpl
     def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: Any, ctx: Any) -> ClientUpdate:
         model = share.module
-        model.train()
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        params = [p for _, p in named]
-        opt = make_optimizer(self.optimizer, params, self.lr, self.momentum, self.weight_decay)
-        anchor = [p.detach().clone() for p in params] if self.mu > 0 else None
-        gen = ctx.rng("shuffle")
-        loss_sum, seen = 0.0, 0
-        for _ in range(self.epochs):
-            for x, y in batches(data.dataset, data.indices, self.batch_size, generator=gen):
-                loss = nn.functional.cross_entropy(model(x), y)
-                total = loss
-                if anchor is not None:
-                    total = loss + 0.5 * self.mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
-                opt.zero_grad(set_to_none=True)
-                total.backward()
-                opt.step()
-                loss_sum += float(loss.detach()) * len(y)
-                seen += len(y)
+        loss = train_epochs(model, data, epochs=self.epochs, lr=self.lr, optimizer=self.optimizer,
+                            momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
+                            mu=self.mu if self.mu > 0 else None, generator=ctx.rng("shuffle"))
         state_dict = model.state_dict()
         return ClientUpdate(client_id=client.id, tensors={k: state_dict[k] for k in share.upload},
-                            num_examples=len(data), metrics={"loss": loss_sum / max(seen, 1)})
+                            num_examples=len(data), metrics={"loss": loss})

@@ -32,6 +32,12 @@ class GivenPartition:
     parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v),
                                metadata={"help": "one list of training-set indices per client"})
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(presets=[cls(parts=[range(0, 32), range(32, 64), range(64, 96)])])
+
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int) -> Partition:
         return Partition(train=self.parts)

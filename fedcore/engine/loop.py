@@ -445,7 +445,7 @@ class Engine:
             metrics = self.hooks.fedcore_evaluate(model=server.model, dataset=run.test, clients=run.clients,
                                                   states=run.client_states, ctx=ctx)
             record.update({k: float(v) for k, v in metrics.items()})
-        record.update(self.hooks.collect_metrics(ctx=ctx))
+        record.update(self.hooks.fedcore_collect_metrics(ctx=ctx))
         if self.clock is not None:
             record.update(self._runtime_metrics())
         record["round_wall_s"] = time.perf_counter() - round_wall

@@ -1,4 +1,4 @@
-"""Test helpers for fedcore components: contract checks, tiny fixtures, a hook recorder.
+"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder.
 
 A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
 """
@@ -8,6 +8,7 @@ from fedcore.testing.contracts import (
     checks_for,
     parametrize_with_checks,
 )
+from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 from fedcore.testing.fixtures import (
     ContractFixture,
     HookRecorder,
@@ -16,9 +17,11 @@ from fedcore.testing.fixtures import (
     run_tiny_pipeline,
     tiny_data,
     tiny_model,
+    tiny_vit,
 )
 
 __all__ = [
-    "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine", "checks_for",
-    "parametrize_with_checks", "round_context", "run_tiny_pipeline", "tiny_data", "tiny_model",
+    "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine", "checks_for",
+    "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_data",
+    "tiny_model", "tiny_vit",
 ]

@@ -19,6 +19,7 @@ import pluggy
 import torch
 
 from fedcore import hookspecs
+from fedcore.errors import ConfigError
 from fedcore.registry import slots_of
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientData, ClientUpdate
@@ -239,22 +240,41 @@ def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterat
             yield bound
 
 
+def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str]
+                           ) -> dict[str, list[Any]]:
+    """check name -> ``[pytest.mark.xfail(strict=True)]`` for each expected failure; unknown names are errors."""
+    import pytest
+
+    names = [c.__name__ for c in checks]
+    unknown = sorted(set(expected) - set(names))
+    if unknown:
+        raise ConfigError(f"{type(component).__name__}: expected failure(s) {unknown} name no check it runs; "
+                          f"its checks: {', '.join(names)}")
+    return {name: [pytest.mark.xfail(reason=reason, strict=True)] for name, reason in expected.items()}
+
+
 def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixture | None = None,
                             expected_failed_checks: Mapping[str, str] | None = None):
     """A ``pytest.mark.parametrize`` over ``(component, check)`` pairs, one test id per check.
 
     ``expected_failed_checks`` maps a check name to the reason it does not apply (e.g. an
-    order-dependent aggregator opts out of ``check_aggregate_order_invariant``); those are xfailed.
+    order-dependent aggregator opts out of ``check_aggregate_order_invariant``); those are xfailed
+    strictly, as are the expected failures each component's class declares in its
+    :class:`~fedcore.testing.CheckPlan` (whose fixture is used when ``fixture`` is not given).
     """
     import pytest
 
+    from fedcore.testing.plans import plan_for
+
     if any(isinstance(c, type) for c in components):
         raise TypeError("parametrize_with_checks takes component instances, not classes")
-    skip = dict(expected_failed_checks or {})
     params = []
     for i, component in enumerate(components):
-        for check in checks_for(component, fixture):
-            name = check.__name__
-            marks = [pytest.mark.xfail(reason=skip[name], strict=True)] if name in skip else []
-            params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{name}", marks=marks))
+        plan = plan_for(type(component))
+        checks = list(checks_for(component, fixture or plan.fixture))
+        expected = {**plan.expected_for(component), **(expected_failed_checks or {})}
+        marks = expected_failure_marks(component, checks, expected)
+        for check in checks:
+            params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{check.__name__}",
+                                       marks=marks.get(check.__name__, ())))
     return pytest.mark.parametrize(("component", "check"), params)

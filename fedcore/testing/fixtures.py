@@ -30,6 +30,15 @@ def tiny_model(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
         return tiny_mlp(num_classes=num_classes)
 
 
+def tiny_vit(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
+    """A seeded two-block timm ViT of width 16 on 1x8x8 inputs (for components that need named stages)."""
+    from fedcore.models.micro import micro_vit
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return micro_vit(num_classes=num_classes, depth=2, embed_dim=16, num_heads=2)
+
+
 @attrs.frozen(kw_only=True)
 class ContractFixture:
     """What the contract checks run a component on.

@@ -7,8 +7,9 @@ from fedcore.data import ArrayDataset, synthetic_classification
 from fedcore.errors import ConfigError
 from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore.models import micro_vit, tiny_mlp
+from fedcore.training import train_epochs
 from fedcore.types import ClientData
-from fedcore_safedlora import SAFedLoRA, converged_cost, convergence_round, cost_to_target, reduction, train_trainable
+from fedcore_safedlora import SAFedLoRA, converged_cost, convergence_round, cost_to_target, reduction
 
 torch.set_num_threads(1)
 S = 3
@@ -143,8 +144,8 @@ def test_proximal_term_gradient_is_mu_times_distance():
 
     def trained(indices, m):
         model = __import__("copy").deepcopy(net)
-        train_trainable(model, ClientData(dataset=ds, indices=indices), epochs=1, lr=lr, momentum=0.0, batch_size=4,
-                        clip_norm=0.0, mu=m, generator=torch.Generator().manual_seed(seed))
+        train_epochs(model, ClientData(dataset=ds, indices=indices), epochs=1, lr=lr, momentum=0.0, batch_size=4,
+                     clip_norm=0.0, mu=m or None, generator=torch.Generator().manual_seed(seed))
         return dict(model.named_parameters())
 
     w0 = dict(net.named_parameters())

@@ -60,10 +60,17 @@ class CaFPT:
                               f"{', '.join(f'{n} of class {c}' for c, n in short)}; lower shots or enlarge the pool "
                               f"(FewShotPartition.pool_multiplier)")
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_clip.testing import PROMPT_FIXTURE
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(fixture=PROMPT_FIXTURE)
+
     @fedcore.hookimpl
     def fedcore_run_start(self, run: Any) -> None:
         """Check every client's pool before any training: a client failure would otherwise only be logged."""
-        from fedcore.data.arrays import labels_of
+        from fedcore.data import labels_of
 
         labels = labels_of(run.train)
         pools = run.partition.pool or run.partition.train

@@ -21,6 +21,7 @@ import torch
 import fedcore
 from fedcore.settings import setting
 from fedcore_split import (
+    Segment,
     aggregate_split,
     build_share,
     layout_for,
@@ -29,7 +30,6 @@ from fedcore_split import (
     server_state,
     train_split,
 )
-from fedcore_split.stages import Segment
 from fedcore.types import ClientInfo, ClientUpdate, Share
 from fedcore_fedv.server import FedVServer
 from fedcore_fedv.spsa import SPSA
@@ -84,6 +84,12 @@ class FedV:
                           batch_every=self.server_batch_every,
                           shared_direction=self.zo_shared_direction, round=ctx.round, seed=ctx.seed,
                           record=self.record_messages)
+
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, data_factory=lambda: tiny_data(n=48, n_test=24)))
 
     @fedcore.hookimpl
     def fedcore_run_start(self, run: Any) -> None:

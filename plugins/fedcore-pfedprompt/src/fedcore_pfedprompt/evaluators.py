@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import fedcore
-from fedcore.data.arrays import labels_of
+from fedcore.data import labels_of
 from fedcore_clip import PromptEval, PromptedCLIP, cached_features, support_indices, train_prompt
 from fedcore.settings import setting
 from fedcore.stash import StashKey

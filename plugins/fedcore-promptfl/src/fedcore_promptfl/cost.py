@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import attrs
 
-from fedcore_clip.backbone import create_clip, parameter_counts
+from fedcore_clip import create_clip, parameter_counts
 
 
 @attrs.frozen(kw_only=True)

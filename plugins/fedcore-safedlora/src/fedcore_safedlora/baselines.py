@@ -147,6 +147,12 @@ class PersonalEval:
 
 @attrs.frozen(eq=False, kw_only=True)
 class _PersonalBaseline(_Baseline):
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit))  # personal entries: the ViT's head
+
     @fedcore.hookimpl
     def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any],
                          ctx: Any) -> dict[str, float]:

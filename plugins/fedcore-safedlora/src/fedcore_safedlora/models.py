@@ -6,7 +6,7 @@ from typing import Any
 
 def pretrained_micro_vit(**kwargs: Any):
     """timm micro ViT pre-trained by fedcore on digits 0-4 (cached), with a fresh head for digits 5-9."""
-    from fedcore.models.pretrain import pretrained_for_target
+    from fedcore.models import pretrained_for_target
 
     return pretrained_for_target("micro-vit", **kwargs)[0]
 

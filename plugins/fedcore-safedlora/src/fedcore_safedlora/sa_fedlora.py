@@ -202,3 +202,15 @@ class FedLoRA(SAFedLoRA):
     t1_rounds: int = setting(0, low=0, help="initiating-stage rounds (0 for plain FedLoRA)")
     r_a: int = setting(8, low=1, help="LoRA rank (= r_b for a fixed rank)")
     r_b: int = setting(8, low=1, help="LoRA rank")
+
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_lora import inject_lora
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+
+        def vit_with_lora() -> Any:
+            model = tiny_vit()
+            inject_lora(model, rank=2, seed=0)
+            return model
+
+        return CheckPlan(fixture=ContractFixture(model_factory=vit_with_lora))

@@ -154,3 +154,8 @@ class RankSchedule:
 def area(schedule: Callable[[int], Any], rounds: int) -> float:
     """Sum of the schedule over ``rounds`` rounds (e.g. rank x rounds, proportional to LoRA traffic)."""
     return float(sum(schedule(t) for t in range(rounds)))
+
+
+__all__ = [
+    "ROUNDING", "SHAPES", "Constant", "Piecewise", "Ramp", "RankSchedule", "area", "integerise", "shape_factor"
+]

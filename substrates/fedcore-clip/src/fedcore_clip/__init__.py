@@ -13,7 +13,16 @@
 
 open_clip is imported only when a backbone is built.
 """
-from fedcore_clip.backbone import TINY, FrozenCLIP, architectures, check_architecture, load_backbone, parameter_counts
+from fedcore_clip.backbone import (
+    TINY,
+    FrozenCLIP,
+    ImagePrep,
+    architectures,
+    check_architecture,
+    create_clip,
+    load_backbone,
+    parameter_counts,
+)
 from fedcore_clip.evaluate import PromptEval, client_classes, macro_f1, support_indices
 from fedcore_clip.features import FEATURES, SUPPORT, cached_features, encode_all, gather_images, gather_labels
 from fedcore_clip.learner import CoOpPromptLearner, PromptedCLIP, prompted_clip
@@ -22,8 +31,8 @@ from fedcore_clip.training import train_prompt
 from fedcore_clip.update import PromptUpdate
 
 __all__ = [
-    "FEATURES", "SUPPORT", "TINY", "CoOpPromptLearner", "FrozenCLIP", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
-    "architectures", "cached_features", "check_architecture", "client_classes", "encode_all", "gather_images",
+    "FEATURES", "SUPPORT", "TINY", "CoOpPromptLearner", "FrozenCLIP", "ImagePrep", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
+    "architectures", "cached_features", "check_architecture", "client_classes", "create_clip", "encode_all", "gather_images",
     "gather_labels", "load_backbone", "macro_f1", "parameter_counts", "prompted_clip", "require_prompted",
     "support_indices", "train_prompt",
 ]

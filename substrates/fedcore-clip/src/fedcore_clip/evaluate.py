@@ -57,6 +57,13 @@ class PromptEval:
         """Client ``client``'s logits on its test features; the default is the global prompt's."""
         return model.logits_from_features(features, text)
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_clip.testing import PROMPT_FIXTURE
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(fixture=PROMPT_FIXTURE)
+
     @fedcore.hookimpl
     def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],
                          states: Mapping[int, ClientState], ctx: Any) -> dict[str, float]:

@@ -28,6 +28,13 @@ def require_prompted(model: Any, who: str) -> PromptedCLIP:
 class PromptShare:
     """Share = the prompt's shared context; the backbone is frozen and stays on the client."""
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_clip.testing import PROMPT_FIXTURE
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(fixture=PROMPT_FIXTURE)
+
     @fedcore.hookimpl
     def fedcore_split_model(self, model: Any, client: Any, state: ClientState, ctx: Any) -> Share:
         model = require_prompted(model, "PromptShare")

@@ -1,9 +1,10 @@
 """CoOp training of a prompt (plain torch; used by local updates, fine-tuning baselines and PVI scoring).
 
-SGD with momentum and weight decay (Dassl defaults, as in the PromptFL code), an optional constant
-warm-up, then a cosine schedule over the local epochs restarted every call (spec 003b A26). The loss is
-cross-entropy over the global label space on ``exp(t)·cos`` logits, plus FedProx's ``(mu/2)·||P − P_0||²``
-when ``mu`` is given. Image features come from the cache unless ``encode`` is given (augmentation).
+The loop is :func:`fedcore.training.train_epochs`: SGD with momentum and weight decay (Dassl
+defaults, as in the PromptFL code), an optional constant warm-up, then a cosine schedule over the
+local epochs restarted every call (spec 003b A26). The loss is cross-entropy over the global label
+space on ``exp(t)·cos`` logits, plus FedProx's ``(mu/2)·||P − P_0||²`` when ``mu`` is given. Image
+features come from the cache unless ``encode`` is given (augmentation).
 """
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fedcore.data import ArrayDataset
 from fedcore_clip.learner import PromptedCLIP
+from fedcore.training import train_epochs
+from fedcore.types import ClientData
 
 
 def trainable_parameters(model: PromptedCLIP) -> list[tuple[str, nn.Parameter]]:
@@ -30,40 +34,25 @@ def train_prompt(model: PromptedCLIP, features: torch.Tensor | None, labels: tor
     features of a batch of positions, for augmented training). ``mu=None`` means no proximal term;
     ``mu=0.0`` computes the term with weight zero (PromptProx with mu = 0).
     """
-    named = trainable_parameters(model)
-    params = [p for _, p in named]
-    if not params:
-        raise ValueError("the prompt has no trainable parameters")
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    anchor = [p.detach().clone() for p in params] if mu is not None else None
     n = len(labels)
     steps_per_epoch = max(1, math.ceil(n / batch_size))
     total = epochs * steps_per_epoch
     warm = warmup_epochs * steps_per_epoch
-    loss_sum, seen, step = 0.0, 0, 0
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return warmup_lr
+        if schedule == "cosine":
+            return 0.5 * lr * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+        return lr
+
     scale = model.backbone.logit_scale()
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        for s in range(0, n, batch_size):
-            pos = order[s:s + batch_size]
-            if step < warm:
-                cur = warmup_lr
-            elif schedule == "cosine":
-                cur = 0.5 * lr * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
-            else:
-                cur = lr
-            for group in opt.param_groups:
-                group["lr"] = cur
-            feats = features[pos] if encode is None else encode(pos)
-            logits = scale * feats @ model.text_features().t()
-            loss = nn.functional.cross_entropy(logits, labels[pos])
-            total_loss = loss
-            if anchor is not None:
-                total_loss = loss + 0.5 * float(mu) * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
-            opt.zero_grad(set_to_none=True)
-            total_loss.backward()
-            opt.step()
-            loss_sum += float(loss.detach()) * len(pos)
-            seen += len(pos)
-            step += 1
-    return loss_sum / max(seen, 1)
+
+    def loss(module: nn.Module, pos: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        feats = encode(pos) if encode is not None else features[pos]  # type: ignore[index]
+        return nn.functional.cross_entropy(scale * feats @ model.text_features().t(), y)
+
+    # the "dataset" is the sample positions, so batches shuffle positions exactly as a randperm would
+    positions = ClientData(dataset=ArrayDataset(torch.arange(n), labels), indices=range(n))
+    return train_epochs(model, positions, epochs=epochs, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                        batch_size=batch_size, mu=mu, generator=generator, loss=loss, lr_at=lr_at)

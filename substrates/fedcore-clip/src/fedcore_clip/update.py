@@ -52,6 +52,13 @@ class PromptUpdate:
     def proximal_mu(self) -> float | None:
         return None
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_clip.testing import PROMPT_FIXTURE
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(fixture=PROMPT_FIXTURE)
+
     @fedcore.hookimpl
     def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: ClientState, ctx: Any
                              ) -> ClientUpdate:

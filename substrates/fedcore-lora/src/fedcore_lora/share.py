@@ -78,6 +78,18 @@ class LoRAShare:
 
     extra: str = setting(r"^head\.", help="regex of extra entries trained and sent with the adapters ('' = none)")
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_lora import inject_lora
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+
+        def vit_with_lora() -> Any:
+            model = tiny_vit()
+            inject_lora(model, rank=2, seed=0)
+            return model
+
+        return CheckPlan(fixture=ContractFixture(model_factory=vit_with_lora))
+
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
         return lora_share(model, client.id, ctx, extra=self.extra)

@@ -79,6 +79,12 @@ class SplitLearning:
         return SequentialServer(model, layout["server"], lr=self.server_lr, optimizer=self.server_optimizer,
                                 momentum=self.server_momentum, state=server_state(ctx), **kw)
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, data_factory=lambda: tiny_data(n=48, n_test=24)))
+
     @fedcore.hookimpl
     def fedcore_split_model(self, model: Any, client: ClientInfo, state: Any, ctx: Any) -> Share:
         layout = layout_for(self, model)

@@ -21,15 +21,7 @@ from torch import nn
 from fedcore_split.endpoint import ServerRule, Session
 from fedcore_split.stages import Segment
 from fedcore_split.state import SplitServerState
-
-
-def make_optimizer(name: str, params: list[nn.Parameter], lr: float, momentum: float = 0.0,
-                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise ValueError(f"optimizer={name!r}; choose 'sgd' or 'adam'")
+from fedcore.training import make_optimizer
 
 
 def _step(opt: torch.optim.Optimizer, params: Sequence[tuple[str, nn.Parameter]], grads: Mapping[str, torch.Tensor]

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from fedcore.data.arrays import batches
-from fedcore_split.rules import make_optimizer
 from fedcore.stash import StashKey
+from fedcore.training import make_optimizer
 from fedcore.types import ClientData, ClientState, Share
 
 CLIENT_OPTIMIZER = StashKey[dict]("fedcore.split.client-optimizer")  # client stash: optimizer state kept across rounds

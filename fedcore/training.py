@@ -1,0 +1,84 @@
+"""The local training loop and optimizer factory every local update shares.
+
+    loss = train_epochs(share.module, data, epochs=2, lr=0.05, generator=ctx.rng("shuffle"))
+
+One loop, so that methods compared side by side differ only in what they say they differ in (the
+share, the loss, a proximal term), never in a re-typed detail of the loop. Per batch: forward, loss
+(cross-entropy by default), an optional FedProx term ``(mu/2)·||w − w_0||²`` anchored at the values
+the module had when training started, backward, optional gradient-norm clipping, step. A fresh
+optimizer every call: clients are stateless (and a LoRA rank change would reshape its state anyway).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedcore.data.arrays import batches
+from fedcore.errors import ConfigError
+from fedcore.types import ClientData
+
+OPTIMIZERS = ("sgd", "adam")
+"""The names :func:`make_optimizer` accepts."""
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``loss(module, x, y) -> scalar tensor`` for one batch."""
+
+
+def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, momentum: float = 0.0,
+                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """``torch.optim.SGD`` (with ``momentum``) or ``torch.optim.Adam``; both with decoupled-free ``weight_decay``."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    raise ConfigError(f"optimizer={name!r} is not allowed; choose one of: {', '.join(OPTIMIZERS)}")
+
+
+def cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The default loss: cross-entropy of ``module(x)`` against the labels ``y``."""
+    return nn.functional.cross_entropy(module(x), y)
+
+
+def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float, optimizer: str = "sgd",
+                 momentum: float = 0.0, weight_decay: float = 0.0, batch_size: int = 32, mu: float | None = None,
+                 clip_norm: float = 0.0, generator: torch.Generator | None = None, loss: LossFn = cross_entropy,
+                 lr_at: Callable[[int], float] | None = None) -> float:
+    """Train the parameters of ``module`` that require grad on ``data``, in place; returns the mean loss.
+
+    ``generator`` shuffles the batches (draw it from ``ctx.rng("shuffle")``). ``mu=None`` adds no
+    proximal term; ``mu=0.0`` adds it with weight zero. ``clip_norm > 0`` clips the gradient norm.
+    ``lr_at(step)`` sets the learning rate before each step (warm-up, cosine). The returned mean is
+    of ``loss`` alone, without the proximal term.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{type(module).__name__} has no trainable parameters (none requires grad)")
+    module.train()
+    opt = make_optimizer(optimizer, params, lr, momentum, weight_decay)
+    anchor = [p.detach().clone() for p in params] if mu is not None else None
+    half_mu = 0.5 * float(mu) if mu is not None else 0.0
+    loss_sum, seen, step = 0.0, 0, 0
+    for _ in range(epochs):
+        for x, y in batches(data.dataset, data.indices, batch_size, generator=generator):
+            if lr_at is not None:
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(step)
+            value = loss(module, x, y)
+            total: Any = value
+            if anchor is not None:
+                total = value + half_mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            if clip_norm > 0:
+                nn.utils.clip_grad_norm_(params, clip_norm)
+            opt.step()
+            loss_sum += float(value.detach()) * len(y)
+            seen += len(y)
+            step += 1
+    return loss_sum / max(seen, 1)
+
+
+__all__ = ["OPTIMIZERS", "LossFn", "cross_entropy", "make_optimizer", "train_epochs"]

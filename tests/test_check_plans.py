@@ -1,0 +1,107 @@
+"""Check plans: components declare how the contract checks build them and which checks fail on purpose."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import attrs
+import pytest
+
+import fedcore
+from fedcore.builtin import FedAsyncMix, FedAvg, GivenPartition
+from fedcore.errors import ConfigError
+from fedcore.testing import CheckPlan, parametrize_registered, parametrize_with_checks, plan_for
+
+
+def _params(mark):
+    return mark.args[1]
+
+
+def test_every_registered_component_is_checked_including_personal_prompt_eval():
+    ids = {p.id.split("[")[0].rsplit("-construction", 1)[0] for p in _params(parametrize_registered())}
+    assert set(fedcore.plugins.registry().names("component")) == ids
+    assert "personal-prompt-eval" in ids
+
+
+def test_declared_presets_and_expected_failures_are_used():
+    assert plan_for(FedAvg) == CheckPlan()
+    assert [c.parts for c in plan_for(GivenPartition).presets] == [(tuple(range(32)), tuple(range(32, 64)),
+                                                                     tuple(range(64, 96)))]
+    params = {p.id: p for p in _params(parametrize_with_checks([FedAsyncMix()]))}
+    (xfail,) = params["FedAsyncMix[0]-check_aggregate_identity"].marks
+    assert xfail.name == "xfail" and xfail.kwargs["strict"] is True and "alpha < 1" in xfail.kwargs["reason"]
+    assert not params["FedAsyncMix[0]-check_aggregate_does_not_mutate"].marks
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Needy:
+    """Cannot be built with defaults and declares nothing."""
+
+    weight: float
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model, updates, ctx):
+        return FedAvg().fedcore_aggregate(model, updates, ctx)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Typo:
+    """Declares an expected failure for a check that does not exist."""
+
+    @classmethod
+    def __fedcore_checks__(cls):
+        return CheckPlan(expected_failures={"check_aggregate_identiy": "typo"})
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model, updates, ctx):
+        return FedAvg().fedcore_aggregate(model, updates, ctx)
+
+
+def test_a_class_without_defaults_or_presets_gets_one_failing_check_that_says_what_to_do():
+    entry = attrs.make_class("E", {"name": attrs.field(), "obj": attrs.field()})(name="needy", obj=Needy)
+    (param,) = _params(parametrize_registered([entry]))
+    assert param.id == "needy-construction"
+    component, check = param.values
+    with pytest.raises(AssertionError, match=r"Needy\(\) fails .*declares no presets: define __fedcore_checks__"):
+        check(component)
+
+
+def test_bad_declarations_are_refused():
+    with pytest.raises(ConfigError, match=r"expected failure\(s\) \['check_aggregate_identiy'\] name no check"):
+        parametrize_with_checks([Typo()])
+    with pytest.raises(ConfigError, match="needs a reason"):
+        CheckPlan(expected_failures={"check_has_docstring": ""})
+    with pytest.raises(TypeError, match="takes component instances; got the class FedAvg"):
+        CheckPlan(presets=[FedAvg])
+
+
+def test_an_expected_failure_that_passes_fails_the_run(tmp_path):
+    """A stale declaration is an XPASS(strict): the run fails until the declaration is removed."""
+    (tmp_path / "test_stale.py").write_text(textwrap.dedent('''
+        import attrs
+        import fedcore
+        from fedcore.builtin import FedAvg
+        from fedcore.testing import CheckPlan, parametrize_with_checks
+
+        @attrs.frozen(eq=False, kw_only=True)
+        class Stale:
+            """Declares a failure it no longer has."""
+
+            @classmethod
+            def __fedcore_checks__(cls):
+                return CheckPlan(expected_failures={"check_aggregate_identity": "used to mix by alpha"})
+
+            @fedcore.hookimpl
+            def fedcore_aggregate(self, model, updates, ctx):
+                return FedAvg().fedcore_aggregate(model, updates, ctx)
+
+        @parametrize_with_checks([Stale()])
+        def test_contract(component, check):
+            check(component)
+    '''))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rX", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 1, out.stdout
+    assert "[XPASS(strict)] used to mix by alpha" in out.stdout
+    assert "1 failed" in out.stdout

@@ -1,0 +1,108 @@
+"""fedcore.training: the one local training loop and optimizer factory every local update uses."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fedcore.data import batches
+from fedcore.errors import ConfigError
+from fedcore.testing import tiny_data, tiny_model
+from fedcore.training import make_optimizer, train_epochs
+from fedcore.types import ClientData
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _reference(module, data, *, epochs, lr, momentum, mu, clip_norm, seed):
+    """The loop written out in plain torch, as each local update had it before 0.2.0."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    anchor = [p.detach().clone() for p in params]
+    gen = torch.Generator().manual_seed(seed)
+    losses, seen = 0.0, 0
+    for _ in range(epochs):
+        for x, y in batches(data.dataset, data.indices, 16, generator=gen):
+            loss = nn.functional.cross_entropy(module(x), y)
+            total = loss + 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            nn.utils.clip_grad_norm_(params, clip_norm)
+            opt.step()
+            losses += float(loss.detach()) * len(y)
+            seen += len(y)
+    return losses / seen
+
+
+def test_train_epochs_is_bit_identical_to_the_plain_torch_loop():
+    train, _ = tiny_data()
+    data = ClientData(dataset=train, indices=list(range(40)))
+    a, b = tiny_model(), tiny_model()
+    kw = dict(epochs=2, lr=0.1, momentum=0.9, mu=0.3, clip_norm=0.5)
+    got = train_epochs(a, data, batch_size=16, generator=torch.Generator().manual_seed(7), **kw)
+    want = _reference(b, data, seed=7, **kw)
+    assert got == want
+    for (k, v), w in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(v, w), f"{k} differs from the plain torch loop"
+
+
+def test_only_trainable_parameters_change_and_the_module_is_left_in_train_mode():
+    train, _ = tiny_data()
+    model = tiny_model().eval()
+    frozen = next(model.parameters())
+    frozen.requires_grad_(False)
+    before = frozen.detach().clone()
+    train_epochs(model, ClientData(dataset=train, indices=range(32)), epochs=1, lr=0.5)
+    assert torch.equal(frozen, before) and model.training
+
+
+def test_lr_at_sets_the_rate_of_every_step():
+    train, _ = tiny_data()
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    steps = []
+    train_epochs(model, ClientData(dataset=train, indices=range(40)), epochs=2, lr=1.0, batch_size=16,
+                 lr_at=lambda step: steps.append(step) or 0.0)
+    assert steps == [0, 1, 2, 3, 4, 5]  # ceil(40 / 16) = 3 steps per epoch
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()), "lr 0 still moved the model"
+
+
+def test_a_custom_loss_and_mu_none_versus_zero():
+    train, _ = tiny_data()
+    data = ClientData(dataset=train, indices=range(32))
+
+    def squared(module, x, y):
+        return module(x).pow(2).mean()
+
+    a, b = tiny_model(), tiny_model()
+    la = train_epochs(a, data, epochs=1, lr=0.1, loss=squared, mu=None, generator=torch.Generator().manual_seed(0))
+    lb = train_epochs(b, data, epochs=1, lr=0.1, loss=squared, mu=0.0, generator=torch.Generator().manual_seed(0))
+    assert la == lb  # a proximal term of weight zero changes nothing
+    assert all(torch.equal(v, w) for v, w in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_bad_input_names_the_problem():
+    with pytest.raises(ConfigError, match=r"optimizer='lbfgs' is not allowed; choose one of: sgd, adam"):
+        make_optimizer("lbfgs", [nn.Parameter(torch.zeros(1))], 0.1)
+    model = tiny_model().requires_grad_(False)
+    train, _ = tiny_data()
+    with pytest.raises(ValueError, match="Sequential has no trainable parameters"):
+        train_epochs(model, ClientData(dataset=train, indices=range(4)), epochs=1, lr=0.1)
+    assert isinstance(make_optimizer("adam", [nn.Parameter(torch.zeros(1))], 0.1), torch.optim.Adam)
+
+
+def test_there_is_one_optimizer_factory_and_one_local_loop():
+    """No other module of the core or of a plugin defines its own ``make_optimizer`` or CE loop helper."""
+    sources = [*ROOT.glob("fedcore/**/*.py"), *ROOT.glob("plugins/*/src/**/*.py"),
+               *ROOT.glob("substrates/*/src/**/*.py")]
+    owners = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in ("make_optimizer", "train_trainable", "train_epochs"):
+                if node.name == "train_trainable" and "deprecated" in (ast.get_docstring(node) or "").lower():
+                    continue
+                owners.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert owners == ["fedcore/training.py:make_optimizer", "fedcore/training.py:train_epochs"]
