@@ -30,7 +30,7 @@ from fedcore.builtin import (
     UniformSync,
 )
 from fedcore.runtime import DeviceProfile, Faults, SimClock
-from fedcore.testing import ContractFixture, run_tiny_pipeline
+from fedcore.testing import ContractFixture, run_tiny_pipeline, tiny_data
 from fedcore.types import AggregateResult
 
 GOLDEN = Path(__file__).parent / "data" / "golden_runs.json"
@@ -59,6 +59,20 @@ class PersonalBias:
         return AggregateResult(state=avg.state, per_client={0: {"3.bias": avg.state["3.bias"] * 0.5 + 1.0}})
 
 
+def small_vit() -> nn.Module:
+    from fedcore.models import micro_vit
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return micro_vit(num_classes=4, depth=2, embed_dim=16, num_heads=2)
+
+
+def _split():
+    from fedcore.split import SplitFedV1  # a split share: per-batch endpoint traffic on each client's channel
+
+    return SplitFedV1()
+
+
 def _clocked(**kw):
     return dict(fixture=SIX, clock=SimClock(TABLE), profiles=PROFILES, **kw)
 
@@ -76,6 +90,8 @@ RUNS = {
         [SemiAsyncSchedule(mu=0.5, t_clk=0.01)], rounds=5,
         faults=Faults(dropout_before=0.15, dropout_during=0.2, lost_upload=0.15), **_clocked()),
     "personal-views": lambda: run_tiny_pipeline([PersonalBias()], rounds=3),
+    "splitfed-v1": lambda: run_tiny_pipeline([_split()], rounds=2, fixture=ContractFixture(
+        model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))),
 }
 
 
