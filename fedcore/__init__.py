@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 hookimpl = pluggy.HookimplMarker("fedcore")
 
 from fedcore import plugins  # noqa: E402
-from fedcore.engine.network import Channel, Ledger  # noqa: E402
+from fedcore.contexts import RoundContext, RunContext  # noqa: E402
+from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
 from fedcore.errors import (  # noqa: E402
     BrokenPluginError,
     ConfigError,
@@ -38,6 +39,6 @@ from fedcore.types import (  # noqa: E402
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientInfo", "ClientState", "ClientUpdate",
     "ConfigError", "FedcoreError", "InvalidUpdateError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
-    "PluginConflictError", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "UnknownComponentError",
+    "PluginConflictError", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",
 ]

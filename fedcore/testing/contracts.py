@@ -19,6 +19,7 @@ import pluggy
 import torch
 
 from fedcore import hookspecs
+from fedcore.engine.dispatch import build_job
 from fedcore.registry import slots_of
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientData, ClientUpdate
@@ -99,7 +100,7 @@ def check_select(component: Any, fixture: ContractFixture) -> None:
     picks = []
     for _ in range(2):
         ctx = round_context(engine)
-        job, share = engine._job(run.clients[0], ctx)
+        job, share, _ = build_job(engine, run.clients[0], ctx)
         picks.append(tuple(engine.hooks.fedcore_select_data(
             client=run.clients[0], indices=job.pool, dataset=run.train, share=share,
             state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)))
@@ -111,7 +112,7 @@ def _one_update(engine: Any) -> tuple[ClientUpdate, Any]:
     run = engine.run_ctx
     ctx = round_context(engine)
     client = run.clients[0]
-    job, share = engine._job(client, ctx)
+    job, share, _ = build_job(engine, client, ctx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(job.ctx.seed_for("torch"))
         update = engine.hooks.fedcore_local_update(
