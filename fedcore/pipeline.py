@@ -257,11 +257,12 @@ class Pipeline:
         (``fedcore.engine.checkpoint.Checkpointer(dir, every=1, resume=...)``) saves every k rounds and resumes.
         """
         from fedcore.engine.loop import Engine
+        from fedcore.engine.spec import RunSpec
 
-        engine = Engine(self, model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
-                        eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
-                        on_round=on_round, faults=faults, checkpoint=checkpoint)
-        return engine.run()
+        spec = RunSpec(model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
+                       eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
+                       on_round=on_round, faults=faults, checkpoint=checkpoint)
+        return Engine(self, spec).run()
 
 
 def component_from_spec(spec: Any, *, where: str) -> Any:

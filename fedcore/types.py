@@ -119,11 +119,12 @@ class ClientUpdate:
     @classmethod
     def from_share(cls, share: Share, values: nn.Module | Mapping[str, torch.Tensor] | None = None, *,
                    num_examples: int, metrics: Mapping[str, float] | None = None,
-                   meta: Mapping[str, Any] | None = None) -> ClientUpdate:
+                   meta: Mapping[str, Any] | None = None, client_id: int = -1) -> ClientUpdate:
         """The update that uploads exactly ``share.upload``, read from ``values`` (a module, a state dict,
         or by default ``share.module``): ``ClientUpdate.from_share(share, num_examples=len(data))``.
 
         A missing entry is a ``KeyError`` naming it; tensors are taken as they are (the upload copies them).
+        ``client_id`` may be left to the engine, except in a cohort trainer's answers (``job.client.id``).
         """
         if values is None:
             values = share.module
@@ -131,7 +132,7 @@ class ClientUpdate:
         missing = [k for k in share.upload if k not in state]
         if missing:
             raise KeyError(f"the share uploads entries the trained values do not have: {missing[:8]}")
-        return cls(tensors={k: state[k] for k in share.upload}, num_examples=num_examples,
+        return cls(client_id=client_id, tensors={k: state[k] for k in share.upload}, num_examples=num_examples,
                    metrics=dict(metrics or {}), meta=dict(meta or {}))
 
     def delta(self) -> TensorDict:

@@ -68,3 +68,21 @@ def test_every_scheduler_gives_identical_results_inline_and_on_ray(local_ray):
     finally:
         torch.set_num_threads(threads)
     assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised
+
+
+def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_ray):
+    from fedcore.models import micro_vit
+    from fedcore.split import SplitFedV1
+    from fedcore.testing import tiny_data
+
+    def small_vit():
+        torch.manual_seed(0)
+        return micro_vit(num_classes=4, depth=2, embed_dim=16, num_heads=2)
+
+    fixture = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))
+    seen = []
+    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint \(clients \[0, 1, 2\] "
+                                          r"have a Endpoint endpoint\).*inline executor"):
+        run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=RayExecutor(num_workers=2),
+                          on_round=seen.append)
+    assert seen == []  # refused before any client trained or any round finished

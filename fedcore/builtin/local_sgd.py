@@ -57,6 +57,4 @@ class SGDUpdate:
                 opt.step()
                 loss_sum += float(loss.detach()) * len(y)
                 seen += len(y)
-        state_dict = model.state_dict()
-        return ClientUpdate(client_id=client.id, tensors={k: state_dict[k] for k in share.upload},
-                            num_examples=len(data), metrics={"loss": loss_sum / max(seen, 1)})
+        return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss_sum / max(seen, 1)})

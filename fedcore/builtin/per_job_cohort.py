@@ -33,7 +33,8 @@ class PerJobCohort:
             try:
                 with torch.random.fork_rng(devices=[]):
                     seed_torch(job.ctx.seed_for("torch"))
-                    out.append(job.local_update(job.select_data()))
+                    update = job.local_update(job.select_data())
+                out.append(attrs.evolve(update, client_id=job.client.id))
             except Exception:  # a client failure is reported, never a crash of the run
                 out.append(ClientFailed(client_id=job.client.id, error=traceback.format_exc()))
         return out

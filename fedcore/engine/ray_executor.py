@@ -1,8 +1,12 @@
 """Run client jobs in parallel on Ray actors: a local Ray cluster by default, ``address=`` for an existing one.
 
 Each actor rebuilds the pipeline from its components (``Pipeline`` pickles by its component list)
-and receives the training set once through Ray's object store. A job travels with the client's
-share, download and local state; its context carries no server state (``run=None``: client-side code
+and receives the training set once through Ray's object store. A dispatch wave is split round-robin
+into one cohort per actor (job ``i`` goes to actor ``i % num_workers``), and each actor runs the
+``fedcore_train_cohort`` slot once on its cohort: a cohort trainer sees the jobs of its worker, not
+the whole wave. A job travels with the client's share (download applied) and local state; the update's
+``base`` stays on the server. Shares with a server endpoint (split learning) are refused at the first
+dispatch with a ``ConfigError`` until a distributed endpoint exists; its context carries no server state (``run=None``: client-side code
 reaches the server only through its channel). The result brings back the update, the client's
 state and the channel's transfer rows, so the ledger and the client states are the same as inline.
 Per-job randomness comes from ``(seed, round, client)`` streams, so histories are identical to the
@@ -64,8 +68,8 @@ def refuse_endpoints(jobs: Sequence[ClientJob]) -> None:
     split = [job.client.id for job in jobs if job.share.endpoint is not None]
     if split:
         endpoint = type(next(j for j in jobs if j.share.endpoint is not None).share.endpoint).__name__
-        raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]} got a "
-                          f"{endpoint}): the endpoint would be trained as a copy on the worker and its traffic "
+        raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]} have a "
+                          f"{endpoint} endpoint): the endpoint would be trained as a copy on the worker and its traffic "
                           f"would never reach the server. Use the inline executor for split learning until a "
                           f"distributed endpoint exists")
 

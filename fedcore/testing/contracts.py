@@ -21,6 +21,7 @@ import torch
 from fedcore import hookspecs
 from fedcore.engine.dispatch import build_job
 from fedcore.registry import slots_of
+from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientData, ClientUpdate
 
@@ -224,6 +225,7 @@ SLOT_CHECKS: dict[str, list[Callable[[Any, ContractFixture], None]]] = {
                   check_aggregate_order_invariant],
     "schedule": [check_scheduler],
     "evaluate": [check_evaluate],
+    "cohort": COHORT_CHECKS,
 }
 GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
                                check_registers_cleanly]
