@@ -28,6 +28,7 @@ from fedcore.stash import Stash, StashKey  # noqa: E402
 from fedcore.types import (  # noqa: E402
     AggregateResult,
     ClientData,
+    ClientFailed,
     ClientInfo,
     ClientState,
     ClientUpdate,
@@ -37,7 +38,7 @@ from fedcore.types import (  # noqa: E402
 )
 
 __all__ = [
-    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientInfo", "ClientState", "ClientUpdate",
+    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState", "ClientUpdate",
     "ConfigError", "FedcoreError", "InvalidUpdateError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
     "PluginConflictError", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",

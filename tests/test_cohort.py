@@ -11,7 +11,7 @@ import fedcore
 from fedcore.builtin import PerJobCohort, SGDUpdate, UniformSync
 from fedcore.data import batches
 from fedcore.stash import StashKey
-from fedcore.testing import COHORT_CHECKS, ContractFixture, parametrize_with_checks, run_tiny_pipeline
+from fedcore.testing import COHORT_CHECKS, ContractFixture, parametrize_with_checks, run_tiny_pipeline, tiny_data, tiny_model
 from fedcore.testing.cohort import (
     check_cohort_answers_every_job_in_order,
     check_cohort_does_not_mutate_the_global_model,
@@ -139,7 +139,7 @@ def test_cohort_checks_are_offered_for_every_cohort_provider():
 
 
 def test_lockstep_steps_clients_batch_by_batch_and_matches_the_per_job_run():
-    fixture = ContractFixture(num_clients=3, data_factory=lambda: __import__("fedcore.testing", fromlist=["x"]).tiny_data(n=192))
+    fixture = ContractFixture(num_clients=3, data_factory=lambda: tiny_data(n=192))
     lockstep = run_tiny_pipeline([LockstepSGD(lr=0.05, batch_size=16)], rounds=2, fixture=fixture)
     per_job = run_tiny_pipeline([SGDUpdate(lr=0.05, batch_size=16)], rounds=2, fixture=fixture)
     waves = lockstep.run.stash[STEPS]
@@ -204,3 +204,22 @@ def test_a_pipeline_names_its_cohort_provider_and_config_can_choose_it():
     pipe = fedcore.Pipeline([UniformSync()])
     assert isinstance(pipe.provider("cohort"), PerJobCohort)
     assert fedcore.Pipeline.from_config({"cohort": "per-job"}).describe()["slots"]["cohort"] == "per-job"
+
+
+def test_hook_fedcore_train_cohort():
+    """fedcore_train_cohort receives the whole wave once per dispatch, each job on its own channel."""
+    from fedcore.testing import HookRecorder
+
+    train, test = tiny_data()
+    pipe = fedcore.Pipeline([UniformSync(fraction=1.0)])
+    rec = HookRecorder(pipe)
+    pipe.run(model=tiny_model(), train=train, test=test,
+             num_clients=3, rounds=2)
+    calls = rec.getcalls("fedcore_train_cohort")
+    assert len(calls) == 2
+    for r, call in enumerate(calls):
+        jobs = call["jobs"]
+        assert [j.client.id for j in jobs] == [0, 1, 2] and {j.ctx.round for j in jobs} == {r}
+        assert len({id(j.channel) for j in jobs}) == 3 and [j.channel.client_id for j in jobs] == [0, 1, 2]
+        assert call["ctx"].round == r and call["ctx"].client_id is None
+    assert len(rec.getcalls("fedcore_local_update")) == 6  # the default ran every job through the slot

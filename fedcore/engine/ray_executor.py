@@ -68,8 +68,8 @@ def refuse_endpoints(jobs: Sequence[ClientJob]) -> None:
     split = [job.client.id for job in jobs if job.share.endpoint is not None]
     if split:
         endpoint = type(next(j for j in jobs if j.share.endpoint is not None).share.endpoint).__name__
-        raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]} have a "
-                          f"{endpoint} endpoint): the endpoint would be trained as a copy on the worker and its traffic "
+        raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]}, "
+                          f"endpoint {endpoint}): the endpoint would be trained as a copy on the worker and its traffic "
                           f"would never reach the server. Use the inline executor for split learning until a "
                           f"distributed endpoint exists")
 
