@@ -19,7 +19,7 @@ from fedcore.network import Channel, Ledger
 from fedcore.runtime import ClockBase, SimClock
 from fedcore.scheduling import SchedulerPolicy, sample_clients
 from fedcore.stash import StashKey
-from fedcore.testing import ContractFixture, run_tiny_pipeline, tiny_data, tiny_model
+from fedcore.testing import run_tiny_pipeline, tiny_data, tiny_model
 from fedcore.types import AggregateResult, ClientUpdate, Share
 
 ENGINE = Path(fedcore.__file__).parent / "engine"

@@ -1,4 +1,5 @@
-"""Moved: the contexts are public core types in :mod:`fedcore.contexts` (``fedcore.RunContext``, ``fedcore.RoundContext``).
+"""Moved: the contexts are public core types in :mod:`fedcore.contexts` (``fedcore.RunContext``,
+``fedcore.RoundContext``).
 
 This engine-internal path keeps working as a plain re-export.
 """

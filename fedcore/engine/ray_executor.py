@@ -6,8 +6,8 @@ into one cohort per actor (job ``i`` goes to actor ``i % num_workers``), and eac
 ``fedcore_train_cohort`` slot once on its cohort: a cohort trainer sees the jobs of its worker, not
 the whole wave. A job travels with the client's share (download applied) and local state; the update's
 ``base`` stays on the server. Shares with a server endpoint (split learning) are refused at the first
-dispatch with a ``ConfigError`` until a distributed endpoint exists; its context carries no server state (``run=None``: client-side code
-reaches the server only through its channel). The result brings back the update, the client's
+dispatch with a ``ConfigError`` until a distributed endpoint exists. A job's context carries no server
+state (``run=None``: client-side code reaches the server only through its channel). The result brings back the update, the client's
 state and the channel's transfer rows, so the ledger and the client states are the same as inline.
 Per-job randomness comes from ``(seed, round, client)`` streams, so histories are identical to the
 inline executor's for the same seed (with the same intra-op thread count, see ``threads_per_worker``).
@@ -69,8 +69,8 @@ def refuse_endpoints(jobs: Sequence[ClientJob]) -> None:
     if split:
         endpoint = type(next(j for j in jobs if j.share.endpoint is not None).share.endpoint).__name__
         raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]}, "
-                          f"endpoint {endpoint}): the endpoint would be trained as a copy on the worker and its traffic "
-                          f"would never reach the server. Use the inline executor for split learning until a "
+                          f"endpoint {endpoint}): the endpoint would be trained as a copy on the worker and its "
+                          f"traffic would never reach the server. Use the inline executor for split learning until a "
                           f"distributed endpoint exists")
 
 
@@ -137,7 +137,8 @@ class RayExecutor:
         n = len(self._actors)
         cohorts: list[list[ClientJob]] = [[] for _ in range(n)]
         for i, job in enumerate(jobs):  # job i goes to worker i % n, as one job per call used to
-            cohorts[i % n].append(attrs.evolve(job, ctx=job.ctx.for_client(job.client.id, job.ctx.channel, remote=True)))
+            remote = job.ctx.for_client(job.client.id, job.ctx.channel, remote=True)
+            cohorts[i % n].append(attrs.evolve(job, ctx=remote))
         refs = [(w, self._actors[w].run.remote(cohort)) for w, cohort in enumerate(cohorts) if cohort]
         per_worker = {w: iter(ray.get(ref)) for w, ref in refs}
         return [next(per_worker[i % n]) for i in range(len(jobs))]

@@ -19,7 +19,8 @@ from fedcore.testing.fixtures import ContractFixture, build_engine, round_contex
 from fedcore.types import ClientFailed, ClientUpdate
 
 
-def _wave(component: Any, fixture: ContractFixture, clients: Sequence[int] | None = None) -> tuple[Any, list[ClientJob]]:
+def _wave(component: Any, fixture: ContractFixture, clients: Sequence[int] | None = None
+          ) -> tuple[Any, list[ClientJob]]:
     engine = build_engine([component], fixture)
     run = engine.run_ctx
     ctx = round_context(engine)
