@@ -3,7 +3,8 @@
 ``tests/data/golden_runs.json`` was recorded from the engine *before* the cohort slot existed (commit
 f44d339, the per-job path: executor -> select_data -> local_update per client). Every run here must give
 exactly the same history rows (wall-clock columns aside), ledger rows and final weights (sha256 of every
-tensor's bytes). Regenerate only on purpose: ``python tests/test_cohort_identity.py --record``.
+tensor's bytes), with one torch intra-op thread. Regenerate only on purpose, from the old engine:
+``git archive f44d339 | tar -x -C OLD; PYTHONPATH=OLD python tests/test_cohort_identity.py --record``.
 """
 from __future__ import annotations
 
@@ -99,6 +100,16 @@ def _digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()
 
 
+def run_pinned(make) -> dict:
+    """One run with one intra-op thread (float reductions depend on the thread count; other tests change it)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fingerprint(make())
+    finally:
+        torch.set_num_threads(threads)
+
+
 def fingerprint(result) -> dict:
     rows = [{k: v for k, v in r.items() if k not in WALL} for r in result.history]
     weights = {k: _digest(v) for k, v in result.model.state_dict().items()}
@@ -108,7 +119,7 @@ def fingerprint(result) -> dict:
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_runs_are_bit_identical_to_the_recorded_per_job_engine(name):
     golden = json.loads(GOLDEN.read_text())[name]
-    got = fingerprint(RUNS[name]())
+    got = run_pinned(RUNS[name])
     assert got["history"] == golden["history"]
     assert got["ledger"] == golden["ledger"]
     assert got["weights"] == golden["weights"]
@@ -116,5 +127,5 @@ def test_runs_are_bit_identical_to_the_recorded_per_job_engine(name):
 
 if __name__ == "__main__" and "--record" in sys.argv:
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({name: fingerprint(make()) for name, make in sorted(RUNS.items())}, indent=1))
+    GOLDEN.write_text(json.dumps({name: run_pinned(make) for name, make in sorted(RUNS.items())}, indent=1))
     print(f"recorded {len(RUNS)} runs into {GOLDEN}")

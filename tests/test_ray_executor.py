@@ -81,7 +81,7 @@ def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_r
 
     fixture = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))
     seen = []
-    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint \(clients \[0, 1, 2\] "
+    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint \(clients \[0, 1, 2\], "
                                           r"endpoint Endpoint\).*inline executor"):
         run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=RayExecutor(num_workers=2),
                           on_round=seen.append)
