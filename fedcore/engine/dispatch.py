@@ -19,7 +19,7 @@ from fedcore.contexts import RoundContext
 from fedcore.engine.arrivals import InFlight
 from fedcore.engine.client_job import ClientJob
 from fedcore.errors import ConfigError, MissingSlotError
-from fedcore.network import Channel, send_entries
+from fedcore.network import Channel, Transfer, send_entries
 from fedcore.rng import derive_seed, numpy_generator
 from fedcore.types import ClientInfo, Share, TensorDict
 
@@ -63,6 +63,7 @@ def build_job(engine: Engine, client: ClientInfo, ctx: RoundContext, *, private_
     with torch.no_grad():
         for k, v in downloaded.items():
             own[k].copy_(v)
+    assert run.partition is not None, "the engine partitions before it dispatches"
     pool_parts = run.partition.pool if run.partition.pool is not None else run.partition.train
     job = ClientJob(client=client, share=share, pool=pool_parts[client.id], state=state,
                     ctx=ctx.for_client(client.id, channel, remote=False), version=run.server.version)
@@ -108,7 +109,8 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
     results = engine.executor.run([job for job, _, _ in built])
     for (job, share, sent), result in zip(built, results):
         plan = plans[result.client_id]
-        update, pending = result.update, ()
+        update = result.update
+        pending: tuple[Transfer, ...] = ()
         if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
             run.client_states[result.client_id] = result.state
             pending = result.channel.unbooked()

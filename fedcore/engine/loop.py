@@ -72,7 +72,7 @@ class Engine:
         self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=spec.train,
                                   test=spec.test, server=ServerState(model=spec.model), out_dir=spec.out_dir)
         self.history = History()
-        self.scheduler: SchedulerPolicy | None = None
+        self._scheduler: SchedulerPolicy | None = None
         # the run's runtime state between aggregations (what runtime_state() snapshots)
         self.now = 0.0
         self.since = 0.0
@@ -81,7 +81,8 @@ class Engine:
         self.arrival_times: dict[int, float] = {}
         self.events: dict[str, list[Any]] = {k: [] for k in EVENT_KEYS}
         self.busy_s: dict[int, float] = {c: 0.0 for c in range(spec.num_clients)}
-        self._count_round, self._dispatch_calls, self._starts = -1, 0, {}  # starts per client on one version
+        self._count_round, self._dispatch_calls = -1, 0
+        self._starts: dict[int, int] = {}  # starts per client on one version
         self.ledger_mark = 0
 
     # -- set-up ------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ class Engine:
             for c, idx in enumerate(partition.train)
         )
         run.client_states = {c.id: ClientState(client_id=c.id) for c in run.clients}
-        self.scheduler = adapt_scheduler(self.hooks.fedcore_make_scheduler(clients=run.clients, run=run))
+        self._scheduler = adapt_scheduler(self.hooks.fedcore_make_scheduler(clients=run.clients, run=run))
         if self.clock is not None:
             self.clock.bind(run, self.pipeline)
 
@@ -134,6 +135,13 @@ class Engine:
         finally:
             self.executor.close()
         return RunResult(history=self.history, model=run.server.model, ledger=run.ledger, run=run)
+
+    @property
+    def scheduler(self) -> SchedulerPolicy:
+        """The run's policy (adapted once at set-up)."""
+        if self._scheduler is None:
+            raise RuntimeError("the engine has no scheduler before setup()")
+        return self._scheduler
 
     def busy_ids(self) -> list[int]:
         return sorted(c for _, c, _ in self.in_flight)

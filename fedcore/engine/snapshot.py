@@ -24,8 +24,8 @@ def runtime_state(engine: Engine) -> dict[str, Any]:
         "busy_s": dict(engine.busy_s),
         "in_flight": [attrs.asdict(item, recurse=False) for _, _, item in engine.in_flight],
     }
-    if engine.scheduler is not None:
-        state["scheduler"] = engine.scheduler.state_dict()
+    if engine._scheduler is not None:
+        state["scheduler"] = engine._scheduler.state_dict()
     if engine.clock is not None:
         state["clock"] = engine.clock.state_dict()
     return state
@@ -39,7 +39,7 @@ def load_runtime_state(engine: Engine, state: dict[str, Any]) -> None:
     items = [InFlight(**d) for d in state["in_flight"]]
     engine.in_flight = [(i.arrival, i.client_id, i) for i in items]
     heapq.heapify(engine.in_flight)
-    if "scheduler" in state and engine.scheduler is not None:
-        engine.scheduler.load_state_dict(state["scheduler"])
+    if "scheduler" in state and engine._scheduler is not None:
+        engine._scheduler.load_state_dict(state["scheduler"])
     if "clock" in state and engine.clock is not None:
         engine.clock.load_state_dict(state["clock"])
