@@ -31,7 +31,7 @@ import torch
 from fedcore import Pipeline
 from fedcore.builtin import IIDPartition, UniformSync
 from fedcore.data import load_digits
-from fedcore.engine.client_job import run_client_job
+from fedcore.engine.client_job import run_cohort
 from fedcore.models import micro_vit
 from fedcore_split import SplitFedV1, VanillaSL
 
@@ -48,7 +48,7 @@ class ThreadExecutor:
     def run(self, jobs):
         def one(job):
             torch.set_num_threads(1)
-            return run_client_job(self._hooks, job, self._dataset)
+            return run_cohort(self._hooks, [job], self._dataset)[0]
         return list(self._pool.map(one, jobs))
 
     def close(self) -> None:

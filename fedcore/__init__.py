@@ -12,7 +12,8 @@ from fedcore import _moved  # noqa: E402
 _moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 0.3
 
 from fedcore import plugins  # noqa: E402
-from fedcore.engine.network import Channel, Ledger  # noqa: E402
+from fedcore.contexts import RoundContext, RunContext  # noqa: E402
+from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
 from fedcore.errors import (  # noqa: E402
     BrokenPluginError,
     ConfigError,
@@ -28,6 +29,7 @@ from fedcore.stash import Stash, StashKey  # noqa: E402
 from fedcore.types import (  # noqa: E402
     AggregateResult,
     ClientData,
+    ClientFailed,
     ClientInfo,
     ClientState,
     ClientUpdate,
@@ -37,9 +39,9 @@ from fedcore.types import (  # noqa: E402
 )
 
 __all__ = [
-    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientInfo", "ClientState", "ClientUpdate",
+    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState", "ClientUpdate",
     "ConfigError", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
-    "PluginConflictError", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "UnknownComponentError",
+    "PluginConflictError", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",
 ]
 

@@ -22,12 +22,14 @@ import pluggy
 if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest/tox pattern)
     from torch import nn
 
-    from fedcore.engine.context import RoundContext, RunContext
+    from fedcore.contexts import RoundContext, RunContext
+    from fedcore.engine.client_job import ClientJob
     from fedcore.registry import ComponentRegistry
     from fedcore.scheduling import Scheduler
     from fedcore.types import (
         AggregateResult,
         ClientData,
+        ClientFailed,
         ClientInfo,
         ClientState,
         ClientUpdate,
@@ -97,8 +99,8 @@ def fedcore_split_model(model: nn.Module, client: ClientInfo, state: ClientState
     The share says which entries are downloaded and uploaded (the network counts exactly those),
     which parameters are trainable, and, for split learning, the server endpoint the client talks
     to per batch. A share may differ per client and per round (LoRA rank, pruned submodel, cut
-    layer). Never modify ``model`` here. Apply ``ctx.server.client_views[client.id]`` when the
-    aggregator left a personalised download for this client. Runs on the server.
+    layer). Never modify ``model`` here. Do not apply ``ctx.server.client_views``: the engine loads a
+    client's personalised download into the share's downloaded entries once, after this hook. Runs on the server.
     Stops at first non-None result.
     """
 
@@ -124,6 +126,23 @@ def fedcore_local_update(
     Return the new values of ``share.upload`` entries; the engine sends them through the
     client's channel. Per-batch traffic with a server endpoint goes through ``ctx.channel``.
     Draw randomness from ``ctx.rng(...)``. Runs on the client. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_train_cohort(jobs: Sequence[ClientJob], ctx: RoundContext) -> Sequence[ClientUpdate | ClientFailed]:
+    """Train every job of one dispatch wave; return one ``ClientUpdate`` per job, in job order.
+
+    Each job carries its client, share (download applied), pool, state, version and a context bound to
+    the client with the client's own ``channel``; ``job.select_data()`` and ``job.local_update(indices)``
+    call the pipeline's providers. The default (``per-job``) runs each job through them one after another,
+    so a pipeline without a cohort provider behaves exactly as before the slot existed. A cohort trainer
+    (per-batch lockstep against one shared endpoint, vectorised training of many clients) replaces it;
+    it must send every client's per-batch traffic over that client's channel and must not touch the
+    global model. Return ``ClientFailed(client_id, error)`` for a client that failed; raising fails the
+    whole cohort. The engine uploads each update, validates it and books the ledger as before. Under a
+    distributed executor a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``).
+    Stops at first non-None result.
     """
 
 
@@ -197,6 +216,7 @@ SLOT_HOOKS: dict[str, str] = {
     "split": "fedcore_split_model",
     "select": "fedcore_select_data",
     "local_update": "fedcore_local_update",
+    "cohort": "fedcore_train_cohort",
     "aggregate": "fedcore_aggregate",
     "evaluate": "fedcore_evaluate",
 }

@@ -25,12 +25,22 @@ from fedcore.errors import ConfigError, MissingSlotError, SlotConflictError
 from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.registry import slots_of
 from fedcore.settings import build, settings_of
-from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, ClientUpdate, Partition, Share
+from fedcore.types import (
+    AggregateResult,
+    ClientData,
+    ClientFailed,
+    ClientInfo,
+    ClientState,
+    ClientUpdate,
+    Partition,
+    Share,
+)
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedcore.engine.context import RoundContext, RunContext
+    from fedcore.contexts import RoundContext, RunContext
+    from fedcore.engine.client_job import ClientJob
     from fedcore.scheduling import Scheduler
 
 
@@ -100,6 +110,10 @@ class Hooks:
     def fedcore_evaluate(self, *, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],
                          states: Mapping[int, ClientState], ctx: RoundContext) -> Mapping[str, float]:
         return self._slot("fedcore_evaluate", model=model, dataset=dataset, clients=clients, states=states, ctx=ctx)
+
+    def fedcore_train_cohort(self, *, jobs: Sequence[ClientJob], ctx: RoundContext
+                             ) -> Sequence[ClientUpdate | ClientFailed]:
+        return self._slot("fedcore_train_cohort", jobs=jobs, ctx=ctx)
 
     # -- observers (every implementation runs, in pipeline order) ----------------------------
 
@@ -313,11 +327,12 @@ class Pipeline:
         (``fedcore.engine.checkpoint.Checkpointer(dir, every=1, resume=...)``) saves every k rounds and resumes.
         """
         from fedcore.engine.loop import Engine
+        from fedcore.engine.spec import RunSpec
 
-        engine = Engine(self, model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
-                        eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
-                        on_round=on_round, faults=faults, checkpoint=checkpoint)
-        return engine.run()
+        spec = RunSpec(model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
+                       eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
+                       on_round=on_round, faults=faults, checkpoint=checkpoint)
+        return Engine(self, spec).run()
 
 
 def component_from_spec(spec: Any, *, where: str) -> Any:

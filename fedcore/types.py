@@ -101,11 +101,13 @@ class ClientUpdate:
     ``tensors`` are the new values of the uploaded entries (not deltas), ``base`` the values the
     client started from (so aggregators that need deltas, such as FedBuff, can form them without
     the engine keeping copies), ``num_examples`` the weight for sample-weighted averaging.
-    ``version`` is the global version the client started from; the engine sets ``staleness`` and copies
-    the share's ``meta`` under the update's own ``meta`` (the update's keys win).
+    The engine fills in the rest on the server: ``client_id`` (a local update need not pass it; ``-1``
+    until then), ``base`` (from what the server sent), ``version`` (the global version the client started
+    from), ``staleness``, and the share's ``meta`` under the update's own ``meta`` (the update's keys win).
+    Build one from a trained share with :meth:`from_share`.
     """
 
-    client_id: int
+    client_id: int = -1
     tensors: TensorDict = attrs.field(repr=False)
     num_examples: int
     base: TensorDict = attrs.field(factory=dict, repr=False)
@@ -113,6 +115,25 @@ class ClientUpdate:
     version: int = 0
     staleness: int = 0
     meta: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_share(cls, share: Share, values: nn.Module | Mapping[str, torch.Tensor] | None = None, *,
+                   num_examples: int, metrics: Mapping[str, float] | None = None,
+                   meta: Mapping[str, Any] | None = None, client_id: int = -1) -> ClientUpdate:
+        """The update that uploads exactly ``share.upload``, read from ``values`` (a module, a state dict,
+        or by default ``share.module``): ``ClientUpdate.from_share(share, num_examples=len(data))``.
+
+        A missing entry is a ``KeyError`` naming it; tensors are taken as they are (the upload copies them).
+        ``client_id`` may be left to the engine, except in a cohort trainer's answers (``job.client.id``).
+        """
+        if values is None:
+            values = share.module
+        state = values.state_dict() if isinstance(values, nn.Module) else values
+        missing = [k for k in share.upload if k not in state]
+        if missing:
+            raise KeyError(f"the share uploads entries the trained values do not have: {missing[:8]}")
+        return cls(client_id=client_id, tensors={k: state[k] for k in share.upload}, num_examples=num_examples,
+                   metrics=dict(metrics or {}), meta=dict(meta or {}))
 
     def delta(self) -> TensorDict:
         """``tensors - base`` for every uploaded entry that has a base value."""
@@ -122,14 +143,25 @@ class ClientUpdate:
         return {k: v - self.base[k] for k, v in self.tensors.items()}
 
 
+@attrs.frozen(kw_only=True)
+class ClientFailed:
+    """One client of a cohort failed (``fedcore_train_cohort``): the engine reports it, the others go on.
+
+    ``error`` is the formatted traceback (its last line lands in the history row's ``failed`` entry).
+    """
+
+    client_id: int
+    error: str
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class AggregateResult:
     """The next global state.
 
     ``state`` holds new values for the global entries it names (entries not named keep their
     value). ``per_client`` optionally gives a different download for individual clients (a
-    personalised aggregate, e.g. PromptAMP); the default split applies it on top of the global
-    state the next time that client is dispatched. ``metrics`` lands in the round's history row.
+    personalised aggregate, e.g. PromptAMP); the engine loads it into that client's share (the
+    entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics`` lands in the round's history row.
     """
 
     state: TensorDict = attrs.field(repr=False)

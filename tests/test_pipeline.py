@@ -158,7 +158,7 @@ def test_defaults_fill_empty_slots_and_can_be_turned_off():
     pipe = fedcore.Pipeline([SGDUpdate(lr=0.1)])
     assert {s: type(pipe.provider(s)).__name__ for s in SLOT_HOOKS} == {
         "partition": "IIDPartition", "schedule": "UniformSync", "split": "WholeModel", "select": "AllData",
-        "local_update": "SGDUpdate", "aggregate": "FedAvg", "evaluate": "GlobalEval"}
+        "local_update": "SGDUpdate", "cohort": "PerJobCohort", "aggregate": "FedAvg", "evaluate": "GlobalEval"}
     assert pipe.provider("local_update").lr == 0.1
     with pytest.raises(fedcore.MissingSlotError, match=r"slot 'partition' \(fedcore_partition\) has no provider"):
         fedcore.Pipeline([SGDUpdate()], defaults=False)
@@ -183,7 +183,7 @@ def test_describe_manifest():
     m = pipe.describe()
     assert m["fedcore_version"] == fedcore.__version__
     assert m["slots"] == {"partition": "dirichlet", "schedule": "uniform", "split": "whole-model", "select": "all-data",
-                          "local_update": "sgd", "aggregate": "fedavg", "evaluate": "global-eval"}
+                          "local_update": "sgd", "cohort": "per-job", "aggregate": "fedavg", "evaluate": "global-eval"}
     rows = {r["class"].rsplit(".", 1)[-1]: r for r in m["components"]}
     d = rows["DirichletPartition"]
     assert d["name"] == "dirichlet" and d["provides"] == ["partition"] and not d["default"]
@@ -226,7 +226,7 @@ def test_from_config_unknown_component_lists_the_choices_of_that_slot_only():
 
 def test_from_config_unknown_key_and_bad_tables():
     with pytest.raises(ConfigError, match=r"unknown pipeline key\(s\) \['aggregator'\]; allowed: partition, schedule, "
-                                          r"split, select, local_update, aggregate, evaluate, plugins"):
+                                          r"split, select, local_update, cohort, aggregate, evaluate, plugins"):
         fedcore.Pipeline.from_config({"aggregator": "fedavg"})
     with pytest.raises(ConfigError, match=r"aggregate: a component table needs a 'name' key, got keys \['weighting'\]"):
         fedcore.Pipeline.from_config({"aggregate": {"weighting": "uniform"}})
@@ -267,5 +267,5 @@ def test_a_pipeline_runs_exactly_what_it_is_given():
     pipe = fedcore.Pipeline([IIDPartition(), UniformSync(), WholeModel(), SGDUpdate(), FedAvg()])
     classes = {type(c).__module__.split(".")[0] for c in pipe.components}
     assert classes == {"fedcore"}
-    assert len(pipe.plugin_manager.get_plugins()) == 7
+    assert len(pipe.plugin_manager.get_plugins()) == 8  # five given + the default select, cohort and evaluate
     assert torch.is_tensor(run_tiny_pipeline(pipe.components[:5], rounds=1).model.state_dict()["1.weight"])

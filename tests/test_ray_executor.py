@@ -68,3 +68,70 @@ def test_every_scheduler_gives_identical_results_inline_and_on_ray(local_ray):
     finally:
         torch.set_num_threads(threads)
     assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised
+
+
+def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_ray):
+    from fedcore.models import micro_vit
+    from fedcore.split import SplitFedV1
+    from fedcore.testing import tiny_data
+
+    def small_vit():
+        torch.manual_seed(0)
+        return micro_vit(num_classes=4, depth=2, embed_dim=16, num_heads=2)
+
+    fixture = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))
+    seen = []
+    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint \(clients \[0, 1, 2\], "
+                                          r"endpoint Endpoint\).*inline executor"):
+        run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=RayExecutor(num_workers=2),
+                          on_round=seen.append)
+    assert seen == []  # refused before any client trained or any round finished
+
+
+def test_ray_splits_a_wave_into_one_cohort_per_worker(local_ray):
+    import sys
+
+    import attrs
+
+    import fedcore
+    from fedcore.builtin import SGDUpdate
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class SizedCohort:
+        """The default per-job training, reporting how many jobs its cohort held."""
+
+        @fedcore.hookimpl
+        def fedcore_train_cohort(self, jobs, ctx):
+            out = []
+            for job in jobs:
+                torch.manual_seed(job.ctx.seed_for("torch"))
+                u = job.local_update(job.select_data())
+                out.append(attrs.evolve(u, client_id=job.client.id, metrics={**u.metrics, "cohort": len(jobs)}))
+            return out
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class Sizes:
+        """Records the cohort size each arriving update reports."""
+
+        seen: list = attrs.field(factory=list)
+
+        @fedcore.hookimpl
+        def fedcore_client_done(self, update):
+            self.seen.append(int(update.metrics["cohort"]))
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = {}
+        for name, executor in (("inline", None), ("ray", RayExecutor(num_workers=2))):
+            sizes = Sizes()
+            result = run_tiny_pipeline([SizedCohort(), SGDUpdate(), sizes, UniformSync(fraction=1.0)], rounds=2,
+                                       fixture=ContractFixture(num_clients=5), executor=executor)
+            runs[name] = (result, sizes.seen)
+    finally:
+        torch.set_num_threads(threads)
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert runs["inline"][1] == [5] * 10  # inline: the whole wave is one cohort
+    assert runs["ray"][1] == [3, 2, 3, 2, 3] * 2  # ray: clients 0,2,4 on worker 0 and 1,3 on worker 1, by client id
+    assert [r["test_accuracy"] for r in runs["inline"][0].history] == [r["test_accuracy"] for r in runs["ray"][0].history]

@@ -15,6 +15,7 @@ from fedcore.builtin.fedasync import AsyncRounds, AsyncSchedule, FedAsyncMix
 from fedcore.builtin.fedbuff import BufferedRounds, BufferedSchedule, FedBuffStep
 from fedcore.builtin.semi_async import SemiAsyncRounds, SemiAsyncSchedule
 from fedcore.builtin.staleness import staleness_weight
+from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.sync_rounds import SyncRounds, UniformSync
 from fedcore.builtin.whole_model import WholeModel, working_copy
 
@@ -22,6 +23,6 @@ __all__ = [
     "AsyncRounds", "AsyncSchedule", "BufferedRounds", "BufferedSchedule", "FedAsyncMix", "FedBuffStep",
     "SemiAsyncRounds", "SemiAsyncSchedule", "staleness_weight",
     "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GivenPartition", "GlobalEval", "IIDPartition",
-    "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
+    "PerJobCohort", "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
     "accuracy_and_loss", "weighted_mean", "working_copy",
 ]

@@ -11,6 +11,7 @@ import attrs
 import numpy as np
 
 from fedcore.errors import ConfigError
+from fedcore.scheduling import SchedulerPolicy
 from fedcore.types import ClientInfo, ClientUpdate
 
 
@@ -32,7 +33,7 @@ def resolve_concurrency(owner: str, concurrency: int | None, clients: Sequence[C
 
 
 @attrs.define(kw_only=True)
-class ContinuousRounds:
+class ContinuousRounds(SchedulerPolicy):
     """Policy base: keep ``concurrency`` clients training; drop updates staler than ``max_staleness``."""
 
     concurrency: int

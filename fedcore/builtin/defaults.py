@@ -4,6 +4,7 @@ from fedcore.builtin.fedavg import FedAvg
 from fedcore.builtin.global_eval import GlobalEval
 from fedcore.builtin.local_sgd import SGDUpdate
 from fedcore.builtin.partitioners import IIDPartition
+from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.sync_rounds import UniformSync
 from fedcore.builtin.whole_model import WholeModel
 
@@ -13,6 +14,7 @@ DEFAULTS = {
     "split": WholeModel,
     "select": AllData,
     "local_update": SGDUpdate,
+    "cohort": PerJobCohort,
     "aggregate": FedAvg,
     "evaluate": GlobalEval,
 }

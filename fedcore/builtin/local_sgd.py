@@ -33,6 +33,4 @@ class SGDUpdate:
         loss = train_epochs(model, data, epochs=self.epochs, lr=self.lr, optimizer=self.optimizer,
                             momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
                             mu=self.mu if self.mu > 0 else None, generator=ctx.rng("shuffle"))
-        state_dict = model.state_dict()
-        return ClientUpdate(client_id=client.id, tensors={k: state_dict[k] for k in share.upload},
-                            num_examples=len(data), metrics={"loss": loss})
+        return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})

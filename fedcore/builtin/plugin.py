@@ -19,6 +19,7 @@ def fedcore_register_components(registry):
     registry.add("sgd", builtin.SGDUpdate)
     registry.add("whole-model", builtin.WholeModel)
     registry.add("all-data", builtin.AllData)
+    registry.add("per-job", builtin.PerJobCohort)
     registry.add("uniform", builtin.UniformSync)
     registry.add("async", builtin.AsyncSchedule)
     registry.add("buffered", builtin.BufferedSchedule)

@@ -17,11 +17,12 @@ import numpy as np
 import fedcore
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
+from fedcore.scheduling import SchedulerPolicy
 from fedcore.types import ClientInfo, ClientUpdate
 
 
 @attrs.define(kw_only=True)
-class SemiAsyncRounds:
+class SemiAsyncRounds(SchedulerPolicy):
     """Policy state: how many arrivals to wait for, and the timeout once they are in."""
 
     need: int

@@ -14,13 +14,13 @@ import numpy as np
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore.scheduling import sample_clients
+from fedcore.scheduling import SchedulerPolicy, sample_clients
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientUpdate
 
 
 @attrs.define(kw_only=True)
-class SyncRounds:
+class SyncRounds(SchedulerPolicy):
     """Policy: sample clients when nobody is busy, aggregate once all of them arrived; late updates do not count."""
 
     fraction: float

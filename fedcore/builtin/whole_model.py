@@ -11,13 +11,13 @@ from fedcore.builtin.clone import clone_module
 from fedcore.types import Share
 
 
-def working_copy(model: nn.Module, client_id: int, ctx: Any) -> nn.Module:
-    """A deep copy of ``model`` with the client's personalised download (if any) applied."""
-    module = clone_module(model)  # copy.deepcopy semantics, ~3x cheaper (fedcore/builtin/clone.py)
-    view = ctx.server.client_views.get(client_id) if ctx.run is not None else None
-    if view:
-        module.load_state_dict(view, strict=False)
-    return module
+def working_copy(model: nn.Module, client_id: int | None = None, ctx: Any = None) -> nn.Module:
+    """A deep copy of ``model`` for one client (``client_id`` and ``ctx`` are accepted for older callers).
+
+    The engine applies the client's personalised download (``ctx.server.client_views``) to every share,
+    so a split only cuts the share.
+    """
+    return clone_module(model)  # copy.deepcopy semantics, ~3x cheaper (fedcore/builtin/clone.py)
 
 
 @attrs.frozen(eq=False, kw_only=True)

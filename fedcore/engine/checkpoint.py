@@ -45,7 +45,7 @@ import attrs
 import numpy as np
 import torch
 
-from fedcore.engine.network import Transfer
+from fedcore.network import Transfer
 from fedcore.engine.state_codec import CheckpointError, decode, encode, encode_stash, restore_stash
 from fedcore.types import ClientUpdate
 

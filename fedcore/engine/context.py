@@ -1,84 +1,8 @@
-"""Run and round contexts: what hooks may read about where they are in a run.
+"""Moved: the contexts are public core types in :mod:`fedcore.contexts` (``fedcore.RunContext``,
+``fedcore.RoundContext``).
 
-Contexts carry the seed-derived random streams, the network and the server/client state the engine
-owns. Plugins keep their own state in a ``Stash`` under their own keys, never in globals.
+This engine-internal path keeps working as a plain re-export.
 """
-from __future__ import annotations
+from fedcore.contexts import RoundContext, RunContext
 
-from pathlib import Path
-from typing import Any
-
-import attrs
-import numpy as np
-import torch
-
-from fedcore.engine.network import Channel, Ledger
-from fedcore.rng import derive_seed, numpy_generator, torch_generator
-from fedcore.stash import Stash
-from fedcore.types import ClientInfo, ClientState, Partition, ServerState
-
-
-@attrs.define(kw_only=True, eq=False)
-class RunContext:
-    """One run: its seed, data, clients, server state, ledger and per-plugin stash."""
-
-    seed: int
-    num_clients: int
-    rounds: int
-    train: Any
-    test: Any = None
-    server: ServerState
-    ledger: Ledger = attrs.field(factory=Ledger)
-    partition: Partition | None = None
-    clients: tuple[ClientInfo, ...] = ()
-    client_states: dict[int, ClientState] = attrs.field(factory=dict)
-    stash: Stash = attrs.field(factory=Stash)
-    out_dir: Path | None = None
-    settings: dict[str, Any] = attrs.field(factory=dict)
-
-    def rng(self, *purpose: object) -> torch.Generator:
-        """A torch generator for a run-level purpose, e.g. ``run.rng("partition")``."""
-        return torch_generator(self.seed, "run", *purpose)
-
-    def np_rng(self, *purpose: object) -> np.random.Generator:
-        return numpy_generator(self.seed, "run", *purpose)
-
-
-@attrs.define(kw_only=True, eq=False)
-class RoundContext:
-    """One round (or, in asynchronous schedules, one dispatch wave) of a run.
-
-    Server-side hooks see ``run``; client-side hooks (select data, local update) get a copy bound to
-    one client with its ``channel`` and must talk to the server only through that channel or the
-    share's endpoint: under a distributed executor ``run`` is ``None`` on the worker.
-    """
-
-    round: int
-    seed: int
-    run: RunContext | None = None
-    client_id: int | None = None
-    channel: Channel | None = None
-    stash: Stash = attrs.field(factory=Stash)
-    info: dict[str, Any] = attrs.field(factory=dict)
-
-    @property
-    def server(self) -> ServerState:
-        if self.run is None:
-            raise RuntimeError("the server state is not reachable from client-side code")
-        return self.run.server
-
-    def rng(self, purpose: str, client: int | None = None) -> torch.Generator:
-        """The stream for ``(seed, round, client, purpose)``; ``client`` defaults to the bound client."""
-        c = self.client_id if client is None else client
-        return torch_generator(self.seed, "round", self.round, "client", c, purpose)
-
-    def np_rng(self, purpose: str, client: int | None = None) -> np.random.Generator:
-        c = self.client_id if client is None else client
-        return numpy_generator(self.seed, "round", self.round, "client", c, purpose)
-
-    def seed_for(self, purpose: str, client: int | None = None) -> int:
-        c = self.client_id if client is None else client
-        return derive_seed(self.seed, "round", self.round, "client", c, purpose)
-
-    def for_client(self, client_id: int, channel: Channel | None, *, remote: bool = False) -> "RoundContext":
-        return attrs.evolve(self, client_id=client_id, channel=channel, run=None if remote else self.run)
+__all__ = ["RoundContext", "RunContext"]

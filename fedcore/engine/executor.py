@@ -1,10 +1,15 @@
-"""Executors run client jobs. The inline executor runs them one after another in this process."""
+"""Executors run a dispatch wave of client jobs. The inline executor runs the wave in this process.
+
+An executor receives every job of a wave and hands them to the ``fedcore_train_cohort`` slot
+(:func:`~fedcore.engine.client_job.run_cohort`): inline, the whole wave is one cohort; the Ray
+executor splits it into one cohort per worker. Results come back in the order of the jobs.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fedcore.engine.client_job import ClientJob, JobResult, run_client_job
+from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Pipeline
@@ -17,7 +22,7 @@ class Executor(Protocol):
 
 
 class InlineExecutor:
-    """Runs every client job in the calling process, in the order given."""
+    """Runs the whole wave as one cohort in the calling process."""
 
     name = "inline"
 
@@ -26,7 +31,7 @@ class InlineExecutor:
         self._dataset = dataset
 
     def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        return [run_client_job(self._hooks, job, self._dataset) for job in jobs]
+        return run_cohort(self._hooks, jobs, self._dataset)
 
     def close(self) -> None:
         pass

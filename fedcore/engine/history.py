@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 from torch import nn
 
-from fedcore.engine.network import Ledger
+from fedcore.network import Ledger
 
 
 @attrs.define(kw_only=True, eq=False)

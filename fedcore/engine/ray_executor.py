@@ -1,9 +1,13 @@
 """Run client jobs in parallel on Ray actors: a local Ray cluster by default, ``address=`` for an existing one.
 
 Each actor rebuilds the pipeline from its components (``Pipeline`` pickles by its component list)
-and receives the training set once through Ray's object store. A job travels with the client's
-share, download and local state; its context carries no server state (``run=None``: client-side code
-reaches the server only through its channel). The result brings back the update, the client's
+and receives the training set once through Ray's object store. A dispatch wave is split round-robin
+into one cohort per actor (job ``i`` goes to actor ``i % num_workers``), and each actor runs the
+``fedcore_train_cohort`` slot once on its cohort: a cohort trainer sees the jobs of its worker, not
+the whole wave. A job travels with the client's share (download applied) and local state; the update's
+``base`` stays on the server. Shares with a server endpoint (split learning) are refused at the first
+dispatch with a ``ConfigError`` until a distributed endpoint exists. A job's context carries no server
+state (``run=None``: client-side code reaches the server only through its channel). The result brings back the update, the client's
 state and the channel's transfer rows, so the ledger and the client states are the same as inline.
 Per-job randomness comes from ``(seed, round, client)`` streams, so histories are identical to the
 inline executor's for the same seed (with the same intra-op thread count, see ``threads_per_worker``).
@@ -17,7 +21,7 @@ from urllib.parse import urlparse
 
 import attrs
 
-from fedcore.engine.client_job import ClientJob, JobResult, run_client_job
+from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
 from fedcore.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,15 +55,28 @@ class _Worker:
         self.hooks = pipeline.hooks
         self.dataset = dataset
 
-    def run(self, job: ClientJob) -> JobResult:
-        return run_client_job(self.hooks, job, self.dataset)
+    def run(self, jobs: list[ClientJob]) -> list[JobResult]:
+        return run_cohort(self.hooks, jobs, self.dataset)
 
     def ping(self) -> bool:
         return True
 
 
+def refuse_endpoints(jobs: Sequence[ClientJob]) -> None:
+    """A share with a server endpoint (split learning) cannot run on a worker yet: the endpoint lives on the
+    server, and a worker would train a copy of it that the server never sees. Refuse it clearly."""
+    split = [job.client.id for job in jobs if job.share.endpoint is not None]
+    if split:
+        endpoint = type(next(j for j in jobs if j.share.endpoint is not None).share.endpoint).__name__
+        raise ConfigError(f"RayExecutor cannot run shares with a server endpoint (clients {split[:8]}, "
+                          f"endpoint {endpoint}): the endpoint would be trained as a copy on the worker and its "
+                          f"traffic would never reach the server. Use the inline executor for split learning until a "
+                          f"distributed endpoint exists")
+
+
 class RayExecutor:
-    """Client jobs on ``num_workers`` Ray actors, spread round-robin, results in submission order.
+    """Client jobs on ``num_workers`` Ray actors: each wave is split round-robin into one cohort per worker
+    (``fedcore_train_cohort`` runs once per worker on its cohort), results in submission order.
 
     ``address=None`` starts a local Ray cluster with ``num_workers`` CPUs (and no dashboard);
     ``"auto"`` joins the cluster this machine belongs to; ``"host:port"`` or ``"ray://host:port"``
@@ -116,11 +133,15 @@ class RayExecutor:
 
         if not self._actors:
             raise RuntimeError("RayExecutor.run() before start()")
-        refs = []
-        for i, job in enumerate(jobs):
-            remote = attrs.evolve(job, ctx=job.ctx.for_client(job.client.id, job.ctx.channel, remote=True))
-            refs.append(self._actors[i % len(self._actors)].run.remote(remote))
-        return list(ray.get(refs))
+        refuse_endpoints(jobs)
+        n = len(self._actors)
+        cohorts: list[list[ClientJob]] = [[] for _ in range(n)]
+        for i, job in enumerate(jobs):  # job i goes to worker i % n, as one job per call used to
+            remote = job.ctx.for_client(job.client.id, job.ctx.channel, remote=True)
+            cohorts[i % n].append(attrs.evolve(job, ctx=remote))
+        refs = [(w, self._actors[w].run.remote(cohort)) for w, cohort in enumerate(cohorts) if cohort]
+        per_worker = {w: iter(ray.get(ref)) for w, ref in refs}
+        return [next(per_worker[i % n]) for i in range(len(jobs))]
 
     def close(self) -> None:
         import ray

@@ -18,6 +18,7 @@ import attrs
 
 from fedcore.engine.checkpoint import Checkpointer
 from fedcore.engine.loop import Engine
+from fedcore.engine.spec import RunSpec
 from fedcore.errors import ConfigError
 from fedcore.experiment.build import Materials, materialize, plan
 from fedcore.experiment.config import load_config
@@ -131,8 +132,8 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
         if on_round is not None:
             on_round(record)
 
-    engine = Engine(running, model=m.model, train=m.train, test=m.test, executor=m.executor, on_round=after_round,
-                    checkpoint=checkpointer, out_dir=rd.path, **m.run_kwargs)
+    engine = Engine(running, RunSpec(model=m.model, train=m.train, test=m.test, executor=m.executor,
+                                     on_round=after_round, checkpoint=checkpointer, out_dir=rd.path, **m.run_kwargs))
     rd.write_status("running", pid=os.getpid(), resumed_from=resumed_from)
     display.start(completed=start_round)
     if resumed_from:

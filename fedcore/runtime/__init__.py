@@ -11,9 +11,9 @@ from fedcore.runtime.faults import FaultPlan, Faults
 from fedcore.runtime.meter import count_samples
 from fedcore.runtime.profiles import DeviceProfile, ProfileAssignment, load_profiles, presets, edge_presets, jetson_presets
 from fedcore.runtime.cost_model import CostModel, ResourceError, ShareCost, measure
-from fedcore.runtime.clock import SimClock, clock_of
+from fedcore.runtime.clock import Clock, ClockBase, SimClock, clock_of
 
 __all__ = [
-    "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError", "ShareCost", "SimClock",
+    "Clock", "ClockBase", "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError", "ShareCost", "SimClock",
     "clock_of", "count_samples", "edge_presets", "jetson_presets", "load_profiles", "measure", "presets",
 ]

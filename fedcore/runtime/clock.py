@@ -15,7 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -26,9 +26,70 @@ from fedcore.runtime.cost_model import CostModel, ResourceError, ShareCost
 from fedcore.runtime.profiles import DeviceProfile, load_profiles, presets
 from fedcore.types import ClientInfo, Share
 
+if TYPE_CHECKING:
+    from fedcore.engine.client_job import JobResult
+
 _CLOCKS: "weakref.WeakKeyDictionary[Any, SimClock]" = weakref.WeakKeyDictionary()
 
 OPTIMIZER_SLOTS = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adan": 4}
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Turns a finished job into virtual seconds on its client's device; what the engine calls.
+
+    ``duration`` is required. The rest is optional and a no-op in :class:`ClockBase`: ``bind`` once after
+    set-up, ``admit`` before a job runs (raise to refuse a share that does not fit), ``availability`` for
+    seeded faults, ``collect`` for per-round history columns, ``state_dict``/``load_state_dict`` for
+    checkpoints. An object that does not subclass :class:`ClockBase` still works: the engine adapts it
+    once at set-up (:func:`fedcore.engine.policies.adapt_clock`).
+    """
+
+    def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
+        """Virtual seconds of the finished job ``result`` (``round`` is the version it started from)."""
+
+    def bind(self, run: Any, pipeline: Any) -> None:
+        """Called once after partitioning, before the first round."""
+
+    def admit(self, client: ClientInfo, share: Share) -> None:
+        """Raise to refuse a share before the job runs (memory)."""
+
+    def availability(self, client: ClientInfo) -> float:
+        """The probability the client is online (feeds ``fedcore.runtime.Faults``)."""
+
+    def collect(self) -> dict[str, float]:
+        """History columns for the jobs priced since the last call."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the clock."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` in a resumed run."""
+
+
+class ClockBase:
+    """Base class of clocks: every optional member of :class:`Clock` as a no-op; subclasses price jobs."""
+
+    def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
+        raise NotImplementedError(f"{type(self).__name__} must implement duration()")
+
+    def bind(self, run: Any, pipeline: Any) -> None:
+        pass
+
+    def admit(self, client: ClientInfo, share: Share) -> None:
+        pass
+
+    def availability(self, client: ClientInfo) -> float:
+        return 1.0
+
+    def collect(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
 
 def clock_of(run: Any) -> "SimClock | None":
@@ -44,7 +105,7 @@ def optimizer_slots_of(local_update: Any) -> int:
     return OPTIMIZER_SLOTS.get(name, 2)
 
 
-class SimClock:
+class SimClock(ClockBase):
     """Virtual time per job on device profiles (see module docstring).
 
     ``profiles``: a mapping name -> :class:`DeviceProfile`, a TOML path/text, or ``None`` for the

@@ -1,7 +1,7 @@
 """Seeded client faults: offline at dispatch, vanishing mid-round, uploads lost in transit.
 
 A fault is decided per ``(seed, round, client)`` stream, so the same seed fails the same clients
-at the same points whatever the executor. The engine applies the plan (``Engine._dispatch``): an
+at the same points whatever the executor. The engine applies the plan (``fedcore.engine.dispatch``): an
 unavailable client gets nothing and costs nothing; a client that drops out has downloaded its share,
 works for a seeded fraction of its job, never uploads and keeps no local state from it; a lost upload
 costs the full job and its upload bytes but never reaches the server. The history row lists each

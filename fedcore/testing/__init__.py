@@ -2,6 +2,7 @@
 
 A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
 """
+from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.contracts import (
     GENERIC_CHECKS,
     SLOT_CHECKS,
@@ -21,7 +22,7 @@ from fedcore.testing.fixtures import (
 )
 
 __all__ = [
-    "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine", "checks_for",
-    "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_data",
-    "tiny_model", "tiny_vit",
+    "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine",
+    "checks_for", "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context",
+    "run_tiny_pipeline", "tiny_data", "tiny_model", "tiny_vit",
 ]

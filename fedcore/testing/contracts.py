@@ -19,8 +19,10 @@ import pluggy
 import torch
 
 from fedcore import hookspecs
+from fedcore.engine.dispatch import build_job
 from fedcore.errors import ConfigError
 from fedcore.registry import slots_of
+from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientData, ClientUpdate
 
@@ -100,7 +102,7 @@ def check_select(component: Any, fixture: ContractFixture) -> None:
     picks = []
     for _ in range(2):
         ctx = round_context(engine)
-        job, share = engine._job(run.clients[0], ctx)
+        job, share, _ = build_job(engine, run.clients[0], ctx)
         picks.append(tuple(engine.hooks.fedcore_select_data(
             client=run.clients[0], indices=job.pool, dataset=run.train, share=share,
             state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)))
@@ -108,33 +110,33 @@ def check_select(component: Any, fixture: ContractFixture) -> None:
     assert picks[0] == picks[1], "the same seed selected different samples"
 
 
-def _one_update(engine: Any) -> tuple[ClientUpdate, Any]:
+def _one_update(engine: Any) -> tuple[ClientUpdate, Any, dict[str, torch.Tensor]]:
     run = engine.run_ctx
     ctx = round_context(engine)
     client = run.clients[0]
-    job, share = engine._job(client, ctx)
+    job, share, downloaded = build_job(engine, client, ctx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(job.ctx.seed_for("torch"))
         update = engine.hooks.fedcore_local_update(
             client=client, share=share, data=ClientData(dataset=run.train, indices=job.pool),
             state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)
-    return update, job
+    return update, job, downloaded
 
 
 def check_local_update(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     model = engine.run_ctx.server.model
     before = _state_copy(model)
-    update, job = _one_update(engine)
+    update, job, downloaded = _one_update(engine)
     assert _same_state(before, model.state_dict()), "the local update modified the global model"
     assert update.num_examples > 0, "num_examples must be > 0"
     assert set(update.tensors) <= set(job.share.upload), "uploaded entries outside share.upload"
     for k, v in update.tensors.items():
         assert torch.isfinite(v).all() if v.is_floating_point() else True, f"entry {k} is not finite"
     frozen = {n for n, p in job.share.module.named_parameters() if not p.requires_grad}
-    for k in frozen & set(update.tensors) & set(job.downloaded):
-        assert torch.equal(update.tensors[k], job.downloaded[k]), f"frozen parameter {k} changed"
-    update2, _ = _one_update(build_engine([component], fixture))
+    for k in frozen & set(update.tensors) & set(downloaded):
+        assert torch.equal(update.tensors[k], downloaded[k]), f"frozen parameter {k} changed"
+    update2, _, _ = _one_update(build_engine([component], fixture))
     for k in update.tensors:
         assert torch.equal(update.tensors[k], update2.tensors[k]), f"entry {k} differs between two runs with one seed"
 
@@ -224,6 +226,7 @@ SLOT_CHECKS: dict[str, list[Callable[[Any, ContractFixture], None]]] = {
                   check_aggregate_order_invariant],
     "schedule": [check_scheduler],
     "evaluate": [check_evaluate],
+    "cohort": COHORT_CHECKS,
 }
 GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
                                check_registers_cleanly]

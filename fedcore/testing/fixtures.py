@@ -10,7 +10,7 @@ from torch import nn
 
 from fedcore.data.arrays import ArrayDataset
 from fedcore.data.synthetic import synthetic_classification
-from fedcore.engine.context import RoundContext
+from fedcore.contexts import RoundContext
 from fedcore.engine.history import RunResult
 from fedcore.engine.loop import Engine
 from fedcore.models.micro import tiny_mlp

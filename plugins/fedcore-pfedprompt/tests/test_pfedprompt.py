@@ -7,6 +7,7 @@ from torch.nn import functional as F
 
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
+from fedcore.engine.dispatch import apply_client_view
 from fedcore_clip import PromptEval, PromptShare, PromptUpdate, prompted_clip
 from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
 from fedcore_clip.testing import tiny_backbone as backbone
@@ -132,6 +133,7 @@ def test_promptamp_sends_each_client_its_own_cloud_prompt():
     assert not torch.equal(views[0]["prompt.ctx"], views[1]["prompt.ctx"])
     share = PromptShare().fedcore_split_model(model=model, client=res.run.clients[1], state=res.run.client_states[1],
                                               ctx=type("C", (), {"run": res.run, "server": res.run.server})())
+    apply_client_view(share, views[1])  # the engine applies a client's view to whatever share it is dispatched
     assert torch.equal(share.module.prompt.ctx.detach(), views[1]["prompt.ctx"])
     assert res.ledger.total(direction="down", round=1) == 3 * model.prompt.ctx.numel() * 4
 

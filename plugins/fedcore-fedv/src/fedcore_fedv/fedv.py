@@ -118,9 +118,7 @@ class FedV:
                               zo_eps=self.head_zo_eps,
                               keep_optimizer=None if self.reset_client_optimizer_each_round else state)
         remember(share, state)
-        sd = share.module.state_dict()
-        return ClientUpdate(client_id=client.id, tensors={k: sd[k] for k in share.upload}, num_examples=len(data),
-                            metrics=metrics)
+        return ClientUpdate.from_share(share, num_examples=len(data), metrics=metrics)
 
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> Any:

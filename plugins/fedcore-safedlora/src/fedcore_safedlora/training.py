@@ -46,6 +46,4 @@ class Trainer:
         loss = train_epochs(share.module, data, epochs=epochs, lr=self.lr, optimizer=self.optimizer,
                             momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
                             clip_norm=self.clip_norm, mu=mu if mu > 0 else None, generator=ctx.rng("shuffle"))
-        state = share.module.state_dict()
-        return ClientUpdate(client_id=client.id, tensors={k: state[k] for k in share.upload},
-                            num_examples=len(data), metrics={"loss": loss})
+        return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})

@@ -1,8 +1,8 @@
 """The prompt share: only the shared context vectors are downloaded, trained and uploaded.
 
 The frozen CLIP stays on the device (every client holds it already; it is never sent). A personalised
-download left by the aggregator (``ctx.server.client_views``, PromptAMP's cloud prompts) replaces the
-global context for that client; personal context (PromptPer's ``prompt.ctx_personal``) is restored from
+download left by the aggregator (``ctx.server.client_views``, PromptAMP's cloud prompts) is applied by
+the engine and replaces the global context for that client; personal context (PromptPer's ``prompt.ctx_personal``) is restored from
 the client's own ``ClientState.tensors`` and never crosses the network.
 """
 from __future__ import annotations
@@ -39,9 +39,6 @@ class PromptShare:
     def fedcore_split_model(self, model: Any, client: Any, state: ClientState, ctx: Any) -> Share:
         model = require_prompted(model, "PromptShare")
         module = model.working_copy()
-        view = ctx.server.client_views.get(client.id) if ctx.run is not None else None
-        if view:
-            module.load_state_dict(view, strict=False)
         personal = {k: v for k, v in state.tensors.items() if k in model.personal_names()}
         if personal:
             module.load_state_dict(personal, strict=False)

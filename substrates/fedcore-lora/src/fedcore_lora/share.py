@@ -38,12 +38,9 @@ def subset_share(model: nn.Module, client_id: int, ctx: Any, trainable: Iterable
     """A working copy of ``model`` whose parameters named in ``trainable`` (and no others) require grad.
 
     Downloads ``download`` (default: the trainable entries) and uploads the trainable entries.
-    A personalised download the aggregator left for this client (``ctx.server.client_views``) is applied.
+    The engine applies a personalised download the aggregator left for this client (``client_views``).
     """
     module = copy.deepcopy(model)
-    view = ctx.server.client_views.get(client_id) if getattr(ctx, "run", None) is not None else None
-    if view:
-        module.load_state_dict(view, strict=False)
     wanted = list(dict.fromkeys(trainable))
     params = dict(module.named_parameters())
     unknown = sorted(set(wanted) - set(module.state_dict()))

@@ -98,9 +98,7 @@ class SplitLearning:
                               optimizer=self.optimizer, momentum=self.momentum, weight_decay=self.weight_decay,
                               bottom_grad=self.bottom_grad)
         remember(share, state)
-        sd = share.module.state_dict()
-        return ClientUpdate(client_id=client.id, tensors={k: sd[k] for k in share.upload}, num_examples=len(data),
-                            metrics=metrics)
+        return ClientUpdate.from_share(share, num_examples=len(data), metrics=metrics)
 
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> Any:

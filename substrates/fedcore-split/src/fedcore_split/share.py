@@ -26,9 +26,6 @@ def build_share(model: nn.Module, layout: dict[str, tuple[str, ...]], client: An
         parts["top"] = layout["top"]
     module = Segment(model, parts)
     names = list(module.state_dict())
-    view = ctx.server.client_views.get(client.id) if ctx.run is not None else None
-    if view:
-        module.load_state_dict({k: v for k, v in view.items() if k in names}, strict=False)
     own = personal_entries(state, ctx) if personal else {}
     if own:
         module.load_state_dict({k: own[k] for k in names if k in own}, strict=False)

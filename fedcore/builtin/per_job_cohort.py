@@ -1,0 +1,40 @@
+"""The default cohort: every job of a wave on its own, through ``select_data`` and ``local_update``."""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+import fedcore
+from fedcore.types import ClientFailed, ClientUpdate
+
+if TYPE_CHECKING:
+    from fedcore.engine.client_job import ClientJob
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class PerJobCohort:
+    """Trains the clients of a wave one after another, each exactly as a lone client would be.
+
+    Per job: torch's global RNG is seeded from ``(seed, round, client)`` inside a fork, then
+    ``fedcore_select_data`` and ``fedcore_local_update`` run on the job's share and context. A client
+    that raises is reported as failed (:class:`~fedcore.types.ClientFailed`); the others go on.
+    """
+
+    @fedcore.hookimpl
+    def fedcore_train_cohort(self, jobs: Sequence[ClientJob], ctx: Any) -> list[ClientUpdate | ClientFailed]:
+        from fedcore.engine.client_job import seed_torch
+
+        out: list[ClientUpdate | ClientFailed] = []
+        for job in jobs:
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    seed_torch(job.ctx.seed_for("torch"))
+                    update = job.local_update(job.select_data())
+                out.append(attrs.evolve(update, client_id=job.client.id))
+            except Exception:  # a client failure is reported, never a crash of the run
+                out.append(ClientFailed(client_id=job.client.id, error=traceback.format_exc()))
+        return out

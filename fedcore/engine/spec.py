@@ -1,0 +1,54 @@
+"""One run's inputs as one record: what :meth:`fedcore.Pipeline.run` and ``fedcore run`` hand the engine."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from fedcore.errors import ConfigError
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RunSpec:
+    """The model, data and run settings of one run, plus the runtime pieces (executor, clock, faults, checkpoints).
+
+    ``profiles`` is a list of profile names (one per client) or a seeded rule with ``assign(n, seed=)``
+    (``fedcore.runtime.ProfileAssignment``); ``on_round`` receives every finished history row.
+    """
+
+    model: Any
+    train: Any
+    test: Any = None
+    num_clients: int
+    rounds: int
+    seed: int = 0
+    eval_every: int = 1
+    executor: Any = None
+    clock: Any = None
+    profiles: Sequence[str | None] | Any | None = None
+    out_dir: Any = None
+    on_round: Callable[[dict[str, Any]], None] | None = None
+    faults: Any = None
+    checkpoint: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.num_clients < 1:
+            raise ConfigError(f"num_clients={self.num_clients}; must be >= 1")
+        if self.rounds < 0:
+            raise ConfigError(f"rounds={self.rounds}; must be >= 0")
+        if self.eval_every < 1:
+            raise ConfigError(f"eval_every={self.eval_every}; must be >= 1")
+        if len(self.train) < self.num_clients:
+            raise ConfigError(f"num_clients={self.num_clients} is more than the {len(self.train)} training samples")
+
+    def client_profiles(self) -> list[str | None] | None:
+        """One profile name per client (a seeded rule is applied here), or ``None``."""
+        profiles = self.profiles
+        if profiles is None:
+            return None
+        if hasattr(profiles, "assign"):  # a seeded rule (fedcore.runtime.ProfileAssignment)
+            profiles = list(profiles.assign(self.num_clients, seed=self.seed))
+        if len(profiles) != self.num_clients:
+            raise ConfigError(f"profiles has {len(profiles)} entries for num_clients={self.num_clients}")
+        return list(profiles)
