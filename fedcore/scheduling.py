@@ -96,3 +96,5 @@ def sample_clients(ids: Sequence[int], fraction: float, min_clients: int, rng: n
         raise ConfigError(f"min_clients={min_clients} is more than the {len(ids)} clients available")
     chosen = rng.choice(np.asarray(ids), size=k, replace=False)
     return sorted(int(c) for c in chosen)
+
+__all__ = ["Scheduler", "SchedulerPolicy", "sample_clients"]

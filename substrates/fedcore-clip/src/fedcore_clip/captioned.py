@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedcore.data.arrays import ArrayDataset
+from fedcore.data import ArrayDataset
 from fedcore.rng import numpy_generator
 
 COLOURS = {"red": (0.9, 0.1, 0.1), "green": (0.1, 0.8, 0.2), "blue": (0.15, 0.25, 0.95),
@@ -70,7 +70,7 @@ def shapes_dataset(n_per_class: int, *, seed: int = 0, stream: str = "downstream
 
 def digits_datasets(*, seed: int = 0, noise: float = 0.25) -> tuple[ArrayDataset, ArrayDataset, ArrayDataset]:
     """(pretrain, downstream train, downstream test) of the embedded digits, named "zero".."nine"."""
-    from fedcore.data.digits import load_digits
+    from fedcore.data import load_digits
 
     train, test = load_digits(seed=seed)
     rng = numpy_generator(seed, "digits-split")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.data.arrays import labels_of
+from fedcore.data import labels_of
 from fedcore_clip.features import SUPPORT, cached_features, gather_labels
 from fedcore_clip.learner import PromptedCLIP
 from fedcore_clip.share import require_prompted

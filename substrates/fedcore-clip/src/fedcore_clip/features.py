@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fedcore.data.arrays import labels_of
+from fedcore.data import labels_of
 from fedcore_clip.backbone import FrozenCLIP
 from fedcore.stash import Stash, StashKey
 

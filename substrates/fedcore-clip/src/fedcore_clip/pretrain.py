@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from fedcore.models.pretrain import cache_root, write_cached
+from fedcore.models import cache_root, write_cached
 from fedcore_clip.backbone import TINY, FrozenCLIP, create_clip, get_tokenizer
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fedcore.builtin.fedavg import weighted_mean
+from fedcore.builtin import weighted_mean
 from fedcore_split.state import server_state, take_rule
 from fedcore.types import AggregateResult, ClientUpdate
 

@@ -15,7 +15,7 @@ import attrs
 import torch
 
 import fedcore
-from fedcore.builtin.global_eval import accuracy_and_loss
+from fedcore.builtin import accuracy_and_loss
 from fedcore.settings import setting
 from fedcore_split.state import personal_entries
 

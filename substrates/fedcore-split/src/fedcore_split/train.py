@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedcore.data.arrays import batches
+from fedcore.data import batches
 from fedcore.stash import StashKey
 from fedcore.training import make_optimizer
 from fedcore.types import ClientData, ClientState, Share
