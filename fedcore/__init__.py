@@ -23,6 +23,7 @@ from fedcore.errors import (  # noqa: E402
 )
 from fedcore.pipeline import Pipeline  # noqa: E402
 from fedcore.plugins import get, list_components, list_plugins  # noqa: E402
+from fedcore.recipes import Recipe, recipe  # noqa: E402
 from fedcore.stash import Stash, StashKey  # noqa: E402
 from fedcore.types import (  # noqa: E402
     AggregateResult,
@@ -38,6 +39,6 @@ from fedcore.types import (  # noqa: E402
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientInfo", "ClientState", "ClientUpdate",
     "ConfigError", "FedcoreError", "InvalidUpdateError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
-    "PluginConflictError", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "UnknownComponentError",
-    "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",
+    "PluginConflictError", "Recipe", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "UnknownComponentError",
+    "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins", "recipe",
 ]

@@ -14,7 +14,7 @@ import attrs
 from fedcore.errors import PluginConflictError, UnknownComponentError
 from fedcore.hookspecs import SLOT_HOOKS
 
-KINDS = ("component", "dataset", "model")
+KINDS = ("component", "dataset", "model", "recipe")
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
 
@@ -97,6 +97,14 @@ class ComponentRegistry:
     def add_model(self, name: str, factory: Callable[..., Any], *, help: str = "") -> None:
         """Register a model factory returning an ``nn.Module``."""
         self._add("model", name, factory, help or _first_line(factory.__doc__))
+
+    def add_recipe(self, name: str, recipe: Any, *, help: str = "") -> None:
+        """Register a :class:`fedcore.recipes.Recipe`: a method's named preset of single-slot components."""
+        from fedcore.recipes import Recipe
+
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"registry.add_recipe({name!r}, ...) takes a fedcore.recipes.Recipe, got {recipe!r}")
+        self._add("recipe", name, recipe, help or recipe.help)
 
     def get(self, name: str, kind: str = "component") -> Entry:
         try:
