@@ -25,6 +25,7 @@ from fedcore.errors import (  # noqa: E402
 )
 from fedcore.pipeline import Pipeline  # noqa: E402
 from fedcore.plugins import get, list_components, list_plugins  # noqa: E402
+from fedcore.recipes import Recipe, recipe  # noqa: E402
 from fedcore.stash import Stash, StashKey  # noqa: E402
 from fedcore.types import (  # noqa: E402
     AggregateResult,
@@ -41,8 +42,8 @@ from fedcore.types import (  # noqa: E402
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState", "ClientUpdate",
     "ConfigError", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
-    "PluginConflictError", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
-    "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins",
+    "PluginConflictError", "Recipe", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
+    "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins", "recipe",
 ]
 
 

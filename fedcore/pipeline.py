@@ -275,12 +275,22 @@ class Pipeline:
         """Build from names: ``{"partition": {"name": "dirichlet", "alpha": 0.5}, "aggregate": "fedavg",
         "plugins": [{"name": "trimmed-mean", "trim": 0.1}]}``.
 
+        ``{"recipe": "fedv", "aggregate": "trimmed-mean"}`` starts from a registered recipe
+        (:mod:`fedcore.recipes`) and replaces or patches the slots named beside it.
+
         Slot keys take one component that must provide that slot; ``plugins`` takes any others
         (wrappers, observers, components filling several slots), in call order.
         """
         if not isinstance(config, Mapping):
             raise ConfigError(f"pipeline config must be a table/dict, got {type(config).__name__}")
-        allowed = list(SLOT_HOOKS) + ["plugins"]
+        if config.get("recipe") is not None:  # a method's preset; the other keys replace or patch its slots
+            from fedcore.recipes import get_recipe
+
+            name = config["recipe"]
+            if not isinstance(name, str):
+                raise ConfigError(f"recipe = {name!r}; expected a recipe name (fedcore plugins lists them)")
+            config = get_recipe(name).config({k: v for k, v in config.items() if k != "recipe"})
+        allowed = list(SLOT_HOOKS) + ["plugins", "recipe"]
         unknown = sorted(set(config) - set(allowed))
         if unknown:
             raise ConfigError(f"unknown pipeline key(s) {unknown}; allowed: {', '.join(allowed)}")

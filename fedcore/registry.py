@@ -14,8 +14,9 @@ import attrs
 from fedcore.errors import PluginConflictError, UnknownComponentError
 from fedcore.hookspecs import SLOT_HOOKS
 
-KINDS = ("component", "dataset", "model", "executor", "table")
-"""What a name can be: a pipeline component, a dataset or model factory, an executor class, a config table."""
+KINDS = ("component", "dataset", "model", "executor", "table", "recipe")
+"""What a name can be: a pipeline component, a dataset or model factory, an executor class, a config table,
+a method's recipe (a preset of single-slot components)."""
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
 
@@ -111,6 +112,14 @@ class ComponentRegistry:
         if not hasattr(table, "key") or not hasattr(table, "build"):
             raise TypeError(f"registry.add_table({name!r}, ...) takes a fedcore.experiment.config.Table, got {table!r}")
         self._add("table", name, table, help or table.key.help)
+
+    def add_recipe(self, name: str, recipe: Any, *, help: str = "") -> None:
+        """Register a :class:`fedcore.recipes.Recipe`: a method's named preset of single-slot components."""
+        from fedcore.recipes import Recipe
+
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"registry.add_recipe({name!r}, ...) takes a fedcore.recipes.Recipe, got {recipe!r}")
+        self._add("recipe", name, recipe, help or recipe.help)
 
     def get(self, name: str, kind: str = "component") -> Entry:
         try:

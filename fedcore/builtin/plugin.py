@@ -5,6 +5,7 @@ from fedcore.builtin import datasets_and_models
 from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.ray_executor import RayExecutor
 from fedcore.experiment import runtime_tables
+from fedcore.recipes import Recipe
 
 
 @fedcore.hookimpl
@@ -31,3 +32,22 @@ def fedcore_register_components(registry):
     registry.add_executor("inline", InlineExecutor)
     registry.add_executor("ray", RayExecutor)
     runtime_tables.register(registry)  # clock, profiles, faults
+    for name, recipe in RECIPES.items():
+        registry.add_recipe(name, recipe)
+
+
+RECIPES = {
+    "fedavg": Recipe(slots={"split": "whole-model", "select": "all-data", "local_update": "sgd",
+                            "aggregate": "fedavg", "schedule": "uniform"},
+                     help="FedAvg (McMahan et al. 2017): sampled clients, local SGD, sample-weighted mean"),
+    "fedprox": Recipe(slots={"split": "whole-model", "select": "all-data",
+                             "local_update": {"name": "sgd", "mu": 0.01}, "aggregate": "fedavg",
+                             "schedule": "uniform"},
+                      help="FedProx (Li et al. 2020): FedAvg with the proximal term mu/2 ||w - w_g||^2"),
+    "fedasync": Recipe(slots={"split": "whole-model", "local_update": "sgd", "aggregate": "fedasync",
+                              "schedule": "async"},
+                       help="FedAsync (Xie et al. 2019): every arrival mixed in with a staleness-discounted weight"),
+    "fedbuff": Recipe(slots={"split": "whole-model", "local_update": "sgd", "aggregate": "fedbuff",
+                             "schedule": "buffered"},
+                      help="FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation of K deltas"),
+}

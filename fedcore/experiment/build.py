@@ -24,6 +24,7 @@ from fedcore.errors import ConfigError, FedcoreError
 from fedcore.experiment.config import _show, _type_name, tables
 from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.pipeline import Pipeline
+from fedcore.recipes import get_recipe
 from fedcore.registry import Entry
 from fedcore.settings import settings_of
 
@@ -173,10 +174,24 @@ def fingerprint(resolved: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def expand_recipe(name: str | None, pipeline: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline table with the recipe (top-level ``recipe`` or ``pipeline.recipe``) written out in full,
+    so the resolved config names every component and reproduces the run on its own."""
+    pipeline = dict(pipeline)
+    inner = pipeline.pop("recipe", None)
+    if name is not None and inner is not None and inner != name:
+        raise ConfigError(f"recipe = {name!r} and pipeline.recipe = {inner!r} disagree; give one")
+    name = name if name is not None else inner
+    if name is None:
+        return pipeline
+    return get_recipe(name).config(pipeline)
+
+
 def plan(config: Mapping[str, Any]) -> Plan:
     """Check every name and setting in a validated config without loading data or building a model."""
     config = copy.deepcopy(dict(config))
     try:
+        config["pipeline"] = expand_recipe(config.get("recipe"), config["pipeline"])
         pipeline = Pipeline.from_config(config["pipeline"])
     except FedcoreError as exc:
         raise ConfigError(f"pipeline: {str(exc).splitlines()[0]}") from None

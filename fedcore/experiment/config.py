@@ -9,6 +9,7 @@
     dataset = { name = "digits" }      # a registered dataset and its settings (or just "digits")
     model = { name = "micro-cnn" }     # a registered model; num_classes defaults to the dataset's
 
+    recipe = "fedv"                    # optional: a method's preset; [pipeline] slots replace or patch it
     [pipeline]                         # slots as in Pipeline.from_config, plus plugins = [...]
     partition = { name = "dirichlet", alpha = 0.5 }
     local_update = { name = "sgd", lr = 0.05 }
@@ -93,6 +94,8 @@ TOP_LEVEL: dict[str, Key] = {
                                                       "0 = torch's default)"),
     "dataset": Key(kind=SPEC, help="registered dataset: \"digits\" or { name = \"digits\", ... }"),
     "model": Key(kind=SPEC, help="registered model: \"micro-cnn\" or { name = \"micro-cnn\", ... }"),
+    "recipe": Key(kind=(str,), default=None, help="a method's registered recipe; [pipeline] slots replace or "
+                                                  "patch its components (fedcore plugins lists recipes)"),
     "pipeline": Key(kind=(dict,), default={}, help="slot = component (partition, schedule, split, select, "
                                                    "local_update, aggregate, evaluate) and plugins = [...]"),
     "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\" or { name = \"ray\", ... }"),

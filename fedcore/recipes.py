@@ -1,0 +1,120 @@
+"""Recipes: a method as a named preset of single-slot components, each slot replaceable.
+
+A method never fills several slots with one object. It ships single-slot components and a recipe that
+names them, so a user swaps any one of them by name (robust aggregation under split learning, a
+server optimizer over LoRA factors) without touching the rest::
+
+    pipe = fedcore.recipe("fedv", aggregate="trimmed-mean")             # Python
+    pipe = fedcore.recipe("fedv", split={"cut": 2})                     # patch one component's settings
+
+    recipe = "fedv"                                                     # TOML (experiment config)
+    [pipeline.aggregate]
+    name = "trimmed-mean"
+
+An override of a slot is a component name, a table with ``name`` (replace the component), a table
+without ``name`` (keep the recipe's component, change some of its settings) or a component instance.
+``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from fedcore.errors import ConfigError
+from fedcore.hookspecs import SLOT_HOOKS
+
+ComponentSpec = str | Mapping[str, Any]
+
+
+def _check_spec(spec: Any, where: str) -> None:
+    if isinstance(spec, str):
+        return
+    if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+        return
+    raise ConfigError(f"{where}: a recipe names a component as \"name\" or {{name = \"...\", settings...}}; "
+                      f"got {spec!r}")
+
+
+def _freeze_slots(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {slot: spec if isinstance(spec, str) else dict(spec) for slot, spec in dict(value).items()}
+
+
+@attrs.frozen(kw_only=True)
+class Recipe:
+    """A named preset pipeline: ``slots`` maps slot names to component specs; ``plugins`` are wrappers/observers.
+
+    Slots the recipe leaves out get the built-in defaults, as in any pipeline. ``help`` is the one-line
+    description ``fedcore plugins`` and ``fedcore describe`` show.
+    """
+
+    slots: Mapping[str, ComponentSpec] = attrs.field(converter=_freeze_slots)
+    plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=tuple)
+    help: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        unknown = sorted(set(self.slots) - set(SLOT_HOOKS))
+        if unknown:
+            raise ConfigError(f"recipe slot(s) {unknown} unknown; slots are: {', '.join(SLOT_HOOKS)}")
+        for slot, spec in self.slots.items():
+            _check_spec(spec, f"recipe slot {slot!r}")
+        for i, spec in enumerate(self.plugins):
+            _check_spec(spec, f"recipe plugins[{i}]")
+
+    def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The pipeline config (as for :meth:`fedcore.Pipeline.from_config`) with ``overrides`` applied."""
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(SLOT_HOOKS) - {"plugins"})
+        if unknown:
+            raise ConfigError(f"unknown pipeline key(s) {unknown}; allowed: {', '.join([*SLOT_HOOKS, 'plugins'])}")
+        config: dict[str, Any] = {slot: _copy(spec) for slot, spec in self.slots.items()}
+        for slot in SLOT_HOOKS:
+            if slot not in overrides:
+                continue
+            new = overrides[slot]
+            if isinstance(new, Mapping) and "name" not in new:  # patch the recipe's component settings
+                if slot not in config:
+                    raise ConfigError(f"pipeline.{slot}: the recipe has no {slot!r} component to change settings "
+                                      f"of; name one with name = \"...\"")
+                base = config[slot]
+                base = {"name": base} if isinstance(base, str) else dict(base)
+                config[slot] = {**base, **dict(new)}
+            else:
+                config[slot] = new
+        extra = overrides.get("plugins", [])
+        if not isinstance(extra, Sequence) or isinstance(extra, (str, bytes)):
+            raise ConfigError(f"pipeline.plugins must be a list of components, got {extra!r}")
+        plugins = [_copy(p) for p in self.plugins] + list(extra)
+        if plugins:
+            config["plugins"] = plugins
+        return config
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data: the slots and plugins the recipe names (for ``fedcore describe``)."""
+        return {"slots": {s: _copy(v) for s, v in self.slots.items()}, "plugins": [_copy(p) for p in self.plugins],
+                "help": self.help}
+
+
+def _copy(spec: Any) -> Any:
+    return dict(spec) if isinstance(spec, Mapping) else spec
+
+
+def recipe(name: str, /, **overrides: Any) -> Any:
+    """The pipeline of the recipe registered as ``name``, with slots replaced or patched by ``overrides``.
+
+    ``fedcore.recipe("fedv", aggregate="trimmed-mean")``; ``fedcore.recipe("sa-fedlora", split={"r_a": 12})``.
+    """
+    from fedcore.pipeline import Pipeline
+
+    return Pipeline.from_config({"recipe": name, **overrides})
+
+
+def get_recipe(name: str) -> Recipe:
+    """The :class:`Recipe` registered as ``name`` (an unknown name lists the installed recipes)."""
+    from fedcore import plugins
+
+    obj = plugins.lookup(name, kind="recipe").obj
+    if not isinstance(obj, Recipe):  # pragma: no cover - the registry only accepts Recipe objects
+        raise ConfigError(f"recipe {name!r} is registered as {obj!r}, not a Recipe")
+    return obj
