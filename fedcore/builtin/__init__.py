@@ -1,5 +1,6 @@
 """fedcore's own components. They register through the same entry-point mechanism as any plugin."""
 from fedcore.builtin.all_data import AllData
+from fedcore.builtin.buffers import convex_mean, float_buffer_names
 from fedcore.builtin.fedavg import FedAvg, weighted_mean
 from fedcore.builtin.global_eval import GlobalEval, accuracy_and_loss
 from fedcore.builtin.local_sgd import SGDUpdate
@@ -24,5 +25,5 @@ __all__ = [
     "SemiAsyncRounds", "SemiAsyncSchedule", "staleness_weight",
     "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GivenPartition", "GlobalEval", "IIDPartition",
     "PerJobCohort", "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
-    "accuracy_and_loss", "weighted_mean", "working_copy",
+    "accuracy_and_loss", "convex_mean", "float_buffer_names", "weighted_mean", "working_copy",
 ]

@@ -3,7 +3,8 @@
 ``BufferedSchedule`` (schedule slot) keeps ``concurrency`` clients busy and aggregates once ``K``
 updates are in the buffer, whatever their staleness; ``FedBuffStep`` (aggregate slot) is the
 server step ``w <- w + η_g · (1/K) Σ s(τ_i) Δ_i`` with Δ_i = client's new value - what it started
-from, applied to the *current* model.
+from, applied to the *current* model. Float buffers (BatchNorm statistics) are not stepped: they take
+the convex mean of the uploaded values (``fedcore.builtin.buffers``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 import fedcore
+from fedcore.builtin.buffers import convex_mean, float_buffer_names
 from fedcore.builtin.continuous_policy import ContinuousRounds, resolve_concurrency
 from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
 from fedcore.errors import ConfigError
@@ -80,8 +82,9 @@ class FedBuffStep:
             w = [si * u.num_examples / total for si, u in zip(s, updates)]
         else:
             w = [si / len(updates) for si in s]
-        out: TensorDict = {}
-        for key in sorted({k for u in updates for k in u.tensors}):
+        buffers = float_buffer_names(model)
+        out: TensorDict = convex_mean(updates, w, buffers)  # BatchNorm statistics: no deltas (see buffers.py)
+        for key in sorted({k for u in updates for k in u.tensors} - buffers):
             holders = [(u, wi) for u, wi in zip(updates, w) if key in u.tensors]
             first = holders[0][0].tensors[key]
             if not first.is_floating_point():
