@@ -280,7 +280,7 @@ import json
 from fedcore.data import load_digits
 from fedcore.models import tiny_mlp
 import fedcore
-import fedcore_clipping
+import fedcore_clipping.plugin
 
 def moved(aggregate, rounds):
     torch.manual_seed(0)
@@ -291,7 +291,7 @@ def moved(aggregate, rounds):
     return float(sum(((v - start[k]) ** 2).sum() for k, v in model.state_dict().items()) ** 0.5)
 
 print(json.dumps({
-    "plugin": fedcore_clipping.__file__,
+    "plugin": fedcore_clipping.plugin.__file__,
     "clipped": result.history.column("agg_clipped"),
     "listed": [p.distribution for p in fedcore.list_plugins() if p.name == "clipping"],
     "moved_clipped": moved({"name": "clipped-mean", "max_norm": 0.05}, 1),
