@@ -170,11 +170,13 @@ def run_toml(step: Step, namespace: dict) -> None:
     elif named.endswith("pyproject.toml"):
         for name, target in doc.get("project", {}).get("entry-points", {}).get("fedcore", {}).items():
             own = target.replace(".", "/") + ".py"  # a module written on this page (docs/hooks.md's plugin)
-            if any((b.names_file or "").endswith(own) for b in blocks(step.block.page)):
-                register = namespace.get("fedcore_register_components")
+            written = [b for b in blocks(step.block.page) if (b.names_file or "").endswith(own)]
+            if written:
+                defined = {n.name for n in ast.parse(written[0].text).body if isinstance(n, ast.FunctionDef)}
             else:
-                register = getattr(importlib.import_module(target), "fedcore_register_components", None)
-            assert callable(register), f"entry point {name} = {target!r} has no fedcore_register_components"
+                defined = {n for n in dir(importlib.import_module(target)) if n.startswith("fedcore_")}
+            assert "fedcore_register_components" in defined, \
+                f"entry point {name} = {target!r} has no fedcore_register_components"
     elif named == "devices.toml":
         from fedcore.runtime import load_profiles
 
