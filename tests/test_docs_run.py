@@ -1,0 +1,331 @@
+"""Docs that run: every code block in README.md and docs/*.md is a test.
+
+The convention (also stated at the top of docs/plugins.md):
+
+* ```` ```python ```` blocks of one page run in order in one namespace, like a doctest page, in a temporary
+  working directory per page (with ``examples/`` linked in). Each block is its own test, ``PAGE:LINE``.
+* ```` ```toml ```` blocks are experiment configs, checked with ``fedcore describe`` (parsed, every name and
+  setting resolved, nothing runs), unless their first line is a comment naming another file:
+  ``# pyproject.toml`` (parsed; its ``fedcore`` entry points must name an installed registration module, or
+  the page's own plugin) or ``# devices.toml`` (loaded with ``fedcore.runtime.load_profiles``).
+* ```` ```bash ```` / ```` ```console ```` blocks: each command line is its own test. Lines that start with
+  ``fedcore `` run through the CLI (``fedcore.cli.main``, in process) in the page's directory, in page order;
+  other commands (``pip``, ``python -m build``, ``scripts/dev``, ...) are reported as skipped, with the reason.
+* A block without a language is a diagram or a table, not code; one that looks like a command or code fails
+  until it is tagged.
+* A block opts out only with ``<!-- docs-run: skip (reason) -->`` on the line before it; it is reported as
+  skipped with that reason (``-ra`` prints the reasons).
+
+``test_hooks_md_plugin_installs_and_runs`` builds a distribution from exactly the blocks of docs/hooks.md whose
+first line names a file, pip-installs it into a scratch directory and runs the page's usage block by name.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+import tomllib
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "plugins").glob("*/README.md"))]
+FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)(.*)$")
+SKIP = re.compile(r"^<!-- docs-run: skip \((.+)\) -->$")
+FILE_COMMENT = re.compile(r"^#\s*((?:[\w.-]+/)*[\w.-]+\.(?:py|toml))\b")
+LOOKS_LIKE_CODE = re.compile(r"^\s*(\$ |fedcore |python |pip |import |from \S+ import |def |class |@)")
+RUNNABLE = {"python", "toml", "bash", "console"}
+NOT_CODE = {"", "text"}
+
+
+@attrs.frozen(kw_only=True)
+class Block:
+    """One fenced block of a page: where it opens, its language, its text and an opt-out reason."""
+
+    page: str
+    line: int                   # 1-based line of the opening fence
+    lang: str
+    text: str
+    skip: str | None = None
+
+    @property
+    def first_line(self) -> int:
+        return self.line + 1
+
+    @property
+    def names_file(self) -> str | None:
+        m = FILE_COMMENT.match(self.text.lstrip("\n").split("\n", 1)[0])
+        return m.group(1) if m else None
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """One test: a python or toml block, or one command line of a bash/console block."""
+
+    block: Block
+    line: int
+    kind: str                   # python | toml | command | not-code
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.block.page}:{self.line}:{self.kind}"
+
+
+def blocks(page: str) -> list[Block]:
+    """The fenced blocks of a Markdown page, with the opt-out marker each one carries."""
+    lines = (ROOT / page).read_text().split("\n")
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, lang = len(m.group(1)), m.group(2), m.group(3)
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        body = "\n".join(line[indent:] for line in lines[i + 1:j])
+        before = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        skip = SKIP.match(before)
+        out.append(Block(page=page, line=i + 1, lang=lang, text=body + "\n", skip=skip.group(1) if skip else None))
+        i = j + 1
+    return out
+
+
+def command_lines(block: Block) -> Iterator[tuple[int, str]]:
+    """(line, command) for each command of a bash/console block; ``\\`` continuations joined, output skipped."""
+    pending, start = "", 0
+    for offset, raw in enumerate(block.text.split("\n")):
+        line = raw.strip()
+        if block.lang == "console" and not pending:
+            if not line.startswith("$ "):
+                continue
+            line = line[2:]
+        if not line or (line.startswith("#") and not pending):
+            continue
+        if not pending:
+            start = block.first_line + offset
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        yield start, pending + line
+        pending = ""
+
+
+def steps(page: str) -> list[Step]:
+    out: list[Step] = []
+    for b in blocks(page):
+        if b.lang in ("bash", "console"):
+            out += [Step(block=b, line=n, kind="command", text=cmd) for n, cmd in command_lines(b)]
+        else:
+            out.append(Step(block=b, line=b.line, kind=b.lang if b.lang in RUNNABLE else "not-code", text=b.text))
+    return out
+
+
+ALL_STEPS = [s for page in PAGES for s in steps(page)]
+
+
+# -- running a page ------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_torch_state() -> Iterator[None]:
+    """One intra-op thread while docs run (the machine is shared); threads and the global RNG restored after."""
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+
+
+def run_python(step: Step, namespace: dict) -> None:
+    tree = ast.parse(step.text, filename=str(ROOT / step.block.page))
+    ast.increment_lineno(tree, step.block.line)
+    exec(compile(tree, str(ROOT / step.block.page), "exec"), namespace)  # noqa: S102 (running the docs is the point)
+
+
+def run_toml(step: Step, namespace: dict) -> None:
+    doc = tomllib.loads(step.text)
+    named = step.block.names_file
+    if named is None:  # an experiment config: what `fedcore describe` does
+        Path("docs-config.toml").write_text(step.text)
+        run_command(Step(block=step.block, line=step.line, kind="command", text="fedcore describe docs-config.toml"),
+                    namespace)
+    elif named.endswith("pyproject.toml"):
+        for name, target in doc.get("project", {}).get("entry-points", {}).get("fedcore", {}).items():
+            own = target.replace(".", "/") + ".py"  # a module written on this page (docs/hooks.md's plugin)
+            written = [b for b in blocks(step.block.page) if (b.names_file or "").endswith(own)]
+            if written:
+                defined = {n.name for n in ast.parse(written[0].text).body if isinstance(n, ast.FunctionDef)}
+            else:
+                defined = {n for n in dir(importlib.import_module(target)) if n.startswith("fedcore_")}
+            assert "fedcore_register_components" in defined, \
+                f"entry point {name} = {target!r} has no fedcore_register_components"
+    elif named == "devices.toml":
+        from fedcore.runtime import load_profiles
+
+        assert set(doc["profiles"]) <= set(load_profiles(step.text))
+    else:
+        raise AssertionError(f"a toml block names {named!r}: expected pyproject.toml, devices.toml or no name")
+
+
+def run_command(step: Step, namespace: dict) -> None:
+    argv = shlex.split(step.text, comments=True)
+    from fedcore.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv[1:])
+    assert status == 0, f"`{step.text}` exited {status}:\n{err.getvalue()}{out.getvalue()[-2000:]}"
+
+
+RUNNERS: dict[str, Callable[[Step, dict], None]] = {"python": run_python, "toml": run_toml, "command": run_command}
+
+
+def runnable(step: Step) -> str | None:
+    """Why a step does not run, or None."""
+    if step.block.skip:
+        return f"{step.id}: docs-run: skip ({step.block.skip})"
+    if step.kind == "command" and not step.text.startswith("fedcore "):
+        return f"{step.id}: not a fedcore command, not run: {step.text}"
+    if step.kind == "not-code":
+        return f"{step.id}: not code (a diagram or table)"
+    return None
+
+
+class Page:
+    """A page's shared namespace and directory; steps run in document order, each at most once."""
+
+    def __init__(self, page: str, directory: Path) -> None:
+        self.page, self.dir = page, directory
+        (directory / "examples").symlink_to(ROOT / "examples")
+        self.namespace: dict = {"__name__": f"docs:{page}"}
+        self.done: dict[str, BaseException | None] = {}
+
+    def run_through(self, target: Step) -> None:
+        for step in steps(self.page):
+            if step.id in self.done or runnable(step):
+                if step == target:
+                    break
+                continue
+            failure = next((f"{sid} failed first" for sid, e in self.done.items() if e is not None), None)
+            if failure and step == target:
+                pytest.fail(f"not run: {failure}", pytrace=False)
+            if failure:
+                continue
+            cwd = Path.cwd()
+            os.chdir(self.dir)
+            try:
+                with quiet_torch_state():
+                    RUNNERS[step.kind](step, self.namespace)
+                self.done[step.id] = None
+            except BaseException as exc:
+                self.done[step.id] = exc
+                if step == target:
+                    raise
+            finally:
+                os.chdir(cwd)
+            if step == target:
+                break
+
+
+_pages: dict[str, Page] = {}
+
+
+@pytest.mark.parametrize("step", ALL_STEPS, ids=[s.id for s in ALL_STEPS])
+def test_doc_step(step: Step, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if step.kind == "not-code":
+        looks = [line for line in step.text.splitlines() if LOOKS_LIKE_CODE.match(line)]
+        assert not looks, f"{step.id}: an untagged block that looks like code; tag it (```bash, ```python): {looks[0]}"
+    reason = runnable(step)
+    if reason:
+        pytest.skip(reason)
+    if step.kind not in RUNNERS:
+        pytest.fail(f"{step.id}: unknown language {step.block.lang!r}; use one of {sorted(RUNNABLE | NOT_CODE)}")
+    if step.block.page not in _pages:
+        _pages[step.block.page] = Page(step.block.page, tmp_path_factory.mktemp("docs"))
+    _pages[step.block.page].run_through(step)
+
+
+def test_skip_markers_sit_on_a_block() -> None:
+    """A marker that is not right before a fence would silently opt out nothing."""
+    for page in PAGES:
+        lines = (ROOT / page).read_text().split("\n")
+        for i, line in enumerate(lines):
+            if line.strip().startswith("<!--") and "docs-run" in line:
+                assert SKIP.match(line.strip()), f"{page}:{i + 1}: write <!-- docs-run: skip (reason) -->"
+                after = next((x for x in lines[i + 1:] if x.strip()), "")
+                assert FENCE.match(after), f"{page}:{i + 1}: a docs-run marker must come right before a code block"
+
+
+# -- docs/hooks.md is enough to write, register and publish a plugin -------------------------------------------
+
+# After the doc's usage block: the same run with plain fedavg, and how far each moved the global weights.
+CHECK = """
+import json
+from fedcore.data import load_digits
+from fedcore.models import tiny_mlp
+import fedcore
+import fedcore_clipping.plugin
+
+def moved(aggregate, rounds):
+    torch.manual_seed(0)
+    model = tiny_mlp(num_classes=10, hidden=64)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    pipe = fedcore.Pipeline.from_config({"aggregate": aggregate})
+    pipe.run(model=model, train=train, test=test, num_clients=10, rounds=rounds, seed=0)
+    return float(sum(((v - start[k]) ** 2).sum() for k, v in model.state_dict().items()) ** 0.5)
+
+print(json.dumps({
+    "plugin": fedcore_clipping.plugin.__file__,
+    "clipped": result.history.column("agg_clipped"),
+    "listed": [p.distribution for p in fedcore.list_plugins() if p.name == "clipping"],
+    "moved_clipped": moved({"name": "clipped-mean", "max_norm": 0.05}, 1),
+    "moved_fedavg": moved("fedavg", 1),
+}))
+"""
+
+
+def test_hooks_md_plugin_installs_and_runs(tmp_path: Path) -> None:
+    page = "docs/hooks.md"
+    files = [b for b in blocks(page) if b.names_file]
+    names = sorted(b.names_file for b in files)
+    assert "pyproject.toml" in names and any(n.endswith(".py") for n in names), names
+    source = tmp_path / "fedcore-clipping"
+    for b in files:
+        (source / b.names_file).parent.mkdir(parents=True, exist_ok=True)
+        (source / b.names_file).write_text(b.text)
+    target = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", "--target", str(target), str(source)],
+                             capture_output=True, text=True, timeout=300, check=False)
+    assert install.returncode == 0, install.stderr
+    usage = [b for b in blocks(page) if b.lang == "python" and "clipped-mean" in b.text and not b.names_file]
+    assert len(usage) == 1, "docs/hooks.md: expected one usage block naming clipped-mean"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    job = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + usage[0].text + CHECK],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert job.returncode == 0, job.stderr
+    out = json.loads(job.stdout.strip().splitlines()[-1])
+    assert out["plugin"].startswith(str(target))            # the installed copy, not a file of the checkout
+    assert out["listed"] == ["fedcore-clipping"]
+    assert len(out["clipped"]) == 3 and all(0.0 <= c <= 1.0 for c in out["clipped"])
+    # every client's change is scaled to norm <= 0.05, so their weighted mean moves the model by at most 0.05;
+    # FedAvg moves it much further
+    assert out["moved_clipped"] <= 0.05 + 1e-6 < out["moved_fedavg"]
