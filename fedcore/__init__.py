@@ -5,15 +5,13 @@
 """
 __version__ = "0.1.0"
 
-from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
-
 from fedcore import _moved  # noqa: E402
+from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
 
 _moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 0.3
 
 from fedcore import plugins  # noqa: E402
 from fedcore.contexts import RoundContext, RunContext  # noqa: E402
-from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
 from fedcore.errors import (  # noqa: E402
     BrokenPluginError,
     ConfigError,
@@ -23,6 +21,7 @@ from fedcore.errors import (  # noqa: E402
     SlotConflictError,
     UnknownComponentError,
 )
+from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
 from fedcore.pipeline import Pipeline  # noqa: E402
 from fedcore.plugins import get, list_components, list_plugins  # noqa: E402
 from fedcore.recipes import Recipe, recipe  # noqa: E402

@@ -14,9 +14,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-import warnings
 from types import FrameType, ModuleType
 from typing import Any
+import warnings
 
 from fedcore.first_party import distribution_of
 

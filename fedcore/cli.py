@@ -12,10 +12,10 @@ Mistakes in what the user typed (config, names, settings, paths) print one line,
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
+import json
 from pathlib import Path
+import sys
 from typing import Any
 
 EXIT_USAGE = 2
@@ -189,9 +189,10 @@ def _describe_config(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     import fedcore
     from fedcore.registry import slots_of
-    from rich.table import Table
 
     console = _console()
     registry = fedcore.plugins.registry()

@@ -80,5 +80,5 @@ class RoundContext:
         c = self.client_id if client is None else client
         return derive_seed(self.seed, "round", self.round, "client", c, purpose)
 
-    def for_client(self, client_id: int, channel: Channel | None, *, remote: bool = False) -> "RoundContext":
+    def for_client(self, client_id: int, channel: Channel | None, *, remote: bool = False) -> RoundContext:
         return attrs.evolve(self, client_id=client_id, channel=channel, run=None if remote else self.run)

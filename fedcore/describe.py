@@ -13,9 +13,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import fedcore.plugins
 from fedcore.errors import UnknownComponentError
 from fedcore.first_party import PACKAGES
+import fedcore.plugins
 from fedcore.registry import KINDS, Entry, slots_of
 from fedcore.settings import describe_settings
 

@@ -144,5 +144,5 @@ class Ledger:
         return [attrs.asdict(r) for r in self.rows]
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> "Ledger":
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Ledger:
         return cls(Transfer(**r) for r in rows)

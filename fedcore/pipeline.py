@@ -10,7 +10,7 @@ old-style ``hookwrapper`` or a class passed instead of an instance are errors.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 import os
 import sys
@@ -50,7 +50,7 @@ def _default_providers() -> dict[str, Any]:
     return defaults.DEFAULTS
 
 
-@lru_cache(maxsize=None)
+@cache
 def _distribution_of(module: str) -> tuple[str | None, str | None]:
     top = module.split(".")[0]
     for dist in metadata.packages_distributions().get(top, []):

@@ -97,7 +97,8 @@ def test_install_run_by_name_uninstall(tmp_path):
     core = _copy_source(ROOT / "fedcore", tmp_path / "src" / "core" / "fedcore").parent
     for f in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / f, core / f)
-    plugin = _copy_source(ROOT / "plugins" / "fedcore-robust", tmp_path / "src" / "fedcore-robust")
+    # fedcore-robust exactly as a third party wrote it against the 0.1 public API (frozen: tests/fixtures/)
+    plugin = _copy_source(ROOT / "tests" / "fixtures" / "fedcore-robust-0.1.0", tmp_path / "src" / "fedcore-robust")
     install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     str(core), str(plugin)], tmp_path, env)
     assert install.returncode == 0, install.stderr

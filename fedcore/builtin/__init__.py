@@ -1,7 +1,9 @@
 """fedcore's own components. They register through the same entry-point mechanism as any plugin."""
 from fedcore.builtin.all_data import AllData
 from fedcore.builtin.buffers import convex_mean, float_buffer_names
+from fedcore.builtin.fedasync import AsyncRounds, AsyncSchedule, FedAsyncMix
 from fedcore.builtin.fedavg import FedAvg, weighted_mean
+from fedcore.builtin.fedbuff import BufferedRounds, BufferedSchedule, FedBuffStep
 from fedcore.builtin.global_eval import GlobalEval, accuracy_and_loss
 from fedcore.builtin.local_sgd import SGDUpdate
 from fedcore.builtin.partitioners import (
@@ -12,11 +14,9 @@ from fedcore.builtin.partitioners import (
     QuantitySkewPartition,
     ShardPartition,
 )
-from fedcore.builtin.fedasync import AsyncRounds, AsyncSchedule, FedAsyncMix
-from fedcore.builtin.fedbuff import BufferedRounds, BufferedSchedule, FedBuffStep
+from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.semi_async import SemiAsyncRounds, SemiAsyncSchedule
 from fedcore.builtin.staleness import staleness_weight
-from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.sync_rounds import SyncRounds, UniformSync
 from fedcore.builtin.whole_model import WholeModel, working_copy
 

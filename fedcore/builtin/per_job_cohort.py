@@ -1,8 +1,8 @@
 """The default cohort: every job of a wave on its own, through ``select_data`` and ``local_update``."""
 from __future__ import annotations
 
-import traceback
 from collections.abc import Sequence
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import attrs

@@ -7,8 +7,8 @@ stale in a later round. ``close_early`` stops waiting when nobody is busy (the p
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import attrs
@@ -16,8 +16,8 @@ import numpy as np
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore.settings import setting
 from fedcore.scheduling import SchedulerPolicy
+from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientUpdate
 
 

@@ -36,7 +36,7 @@ class ArrayDataset(torch.utils.data.Dataset):
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def subset(self, indices: Sequence[int]) -> "ArrayDataset":
+    def subset(self, indices: Sequence[int]) -> ArrayDataset:
         idx = torch.as_tensor(list(indices), dtype=torch.long)
         return ArrayDataset(self.x[idx], self.y[idx], self.classes)
 

@@ -45,8 +45,8 @@ import attrs
 import numpy as np
 import torch
 
-from fedcore.network import Transfer
 from fedcore.engine.state_codec import CheckpointError, decode, encode, encode_stash, restore_stash
+from fedcore.network import Transfer
 from fedcore.types import ClientUpdate
 
 if TYPE_CHECKING:

@@ -8,10 +8,10 @@ the client's channel (what crossed it) and the traceback if the client failed.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 import contextlib
 import time
 import traceback
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs

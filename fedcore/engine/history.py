@@ -52,7 +52,7 @@ class History:
         Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
 
     @classmethod
-    def read_jsonl(cls, path: str | Path) -> "History":
+    def read_jsonl(cls, path: str | Path) -> History:
         lines = Path(path).read_text().splitlines()
         return cls(rows=[json.loads(line) for line in lines if line.strip()])
 

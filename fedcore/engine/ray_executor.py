@@ -14,8 +14,8 @@ inline executor's for the same seed (with the same intra-op thread count, see ``
 """
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
+import socket
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 

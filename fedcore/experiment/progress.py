@@ -43,7 +43,7 @@ def accuracy_key(row: Mapping[str, Any]) -> str | None:
 class ProgressObserver:
     """Tells a display when a round starts and when each client's local update returns."""
 
-    def __init__(self, display: "RunProgress | None") -> None:
+    def __init__(self, display: RunProgress | None) -> None:
         self._display = display
 
     def __reduce__(self):  # on a worker process there is no display to tell
@@ -87,7 +87,14 @@ class RunProgress:
                 self._line(f"[{self.name}] starting at round {completed}/{self.rounds}")
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

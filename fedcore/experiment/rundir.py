@@ -93,7 +93,7 @@ class RunDir:
 
     @classmethod
     def create(cls, path: str | Path, *, resolved: Mapping[str, Any], fingerprint: str, overwrite: bool = False
-               ) -> "RunDir":
+               ) -> RunDir:
         """A fresh run directory. One that holds a run (or anything else) is an error unless ``overwrite``,
         and ``overwrite`` only ever replaces a fedcore run directory."""
         path = Path(path)
@@ -114,7 +114,7 @@ class RunDir:
 
     @classmethod
     def for_resume(cls, path: str | Path, *, fingerprint: str | None = None, resolved: Mapping[str, Any] | None = None
-                   ) -> "RunDir":
+                   ) -> RunDir:
         path = Path(path)
         if not path.is_dir():
             raise ConfigError(f"--resume {path}: no such directory")

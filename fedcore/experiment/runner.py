@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import datetime as _dt
 import math
 import os
-import shutil
 from pathlib import Path
+import shutil
 import sys
 from typing import Any
 

@@ -7,11 +7,18 @@
 
 See docs/runtime.md.
 """
+from fedcore.runtime.clock import Clock, ClockBase, SimClock, clock_of
+from fedcore.runtime.cost_model import CostModel, ResourceError, ShareCost, measure
 from fedcore.runtime.faults import FaultPlan, Faults
 from fedcore.runtime.meter import count_samples
-from fedcore.runtime.profiles import DeviceProfile, ProfileAssignment, load_profiles, presets, edge_presets, jetson_presets
-from fedcore.runtime.cost_model import CostModel, ResourceError, ShareCost, measure
-from fedcore.runtime.clock import Clock, ClockBase, SimClock, clock_of
+from fedcore.runtime.profiles import (
+    DeviceProfile,
+    ProfileAssignment,
+    edge_presets,
+    jetson_presets,
+    load_profiles,
+    presets,
+)
 
 __all__ = [
     "Clock", "ClockBase", "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError", "ShareCost", "SimClock",

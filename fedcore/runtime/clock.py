@@ -12,10 +12,10 @@ per-round compute/communication split.
 """
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import weakref
 
 import torch
 
@@ -29,7 +29,7 @@ from fedcore.types import ClientInfo, Share
 if TYPE_CHECKING:
     from fedcore.engine.client_job import JobResult
 
-_CLOCKS: "weakref.WeakKeyDictionary[Any, SimClock]" = weakref.WeakKeyDictionary()
+_CLOCKS: weakref.WeakKeyDictionary[Any, SimClock] = weakref.WeakKeyDictionary()
 
 OPTIMIZER_SLOTS = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adan": 4}
 
@@ -92,7 +92,7 @@ class ClockBase:
         pass
 
 
-def clock_of(run: Any) -> "SimClock | None":
+def clock_of(run: Any) -> SimClock | None:
     """The clock of a running engine, for methods that size a share to the device (``clock.fits``)."""
     return _CLOCKS.get(run) if run is not None else None
 

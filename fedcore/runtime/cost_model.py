@@ -10,9 +10,9 @@ excluded. CPU fused attention is not in torch's FLOP registry; its formula is ad
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import copy
 import hashlib
-from collections.abc import Mapping
 from typing import Any
 
 import attrs

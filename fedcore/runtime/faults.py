@@ -74,7 +74,7 @@ class Faults:
 
     @classmethod
     def random_outage(cls, *, num_clients: int, fraction: float, first_round: int, rounds: int, seed: int,
-                      **probabilities: float) -> "Faults":
+                      **probabilities: float) -> Faults:
         """``ceil(fraction·N)`` seeded clients offline for ``rounds`` rounds (Tree Learning §3.6.6: 10 % for 5)."""
         import math
 

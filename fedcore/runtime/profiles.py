@@ -37,7 +37,7 @@ class DeviceProfile:
     jitter: float = setting(0.0, low=0.0, help="sigma of a log-normal factor on compute time")
     source: str = setting("user-defined", kind=str)
 
-    def scaled(self, *, speed: float = 1.0, bandwidth: float = 1.0, name: str | None = None) -> "DeviceProfile":
+    def scaled(self, *, speed: float = 1.0, bandwidth: float = 1.0, name: str | None = None) -> DeviceProfile:
         """The same device ``speed`` times faster (compute) and ``bandwidth`` times faster (links)."""
         if speed <= 0 or bandwidth <= 0:
             raise ConfigError(f"scaled(speed={speed}, bandwidth={bandwidth}): both must be > 0")

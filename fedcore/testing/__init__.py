@@ -9,7 +9,6 @@ from fedcore.testing.contracts import (
     checks_for,
     parametrize_with_checks,
 )
-from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 from fedcore.testing.fixtures import (
     ContractFixture,
     HookRecorder,
@@ -20,6 +19,7 @@ from fedcore.testing.fixtures import (
     tiny_model,
     tiny_vit,
 )
+from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
     "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine",

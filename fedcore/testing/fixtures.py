@@ -8,9 +8,9 @@ import attrs
 import torch
 from torch import nn
 
+from fedcore.contexts import RoundContext
 from fedcore.data.arrays import ArrayDataset
 from fedcore.data.synthetic import synthetic_classification
-from fedcore.contexts import RoundContext
 from fedcore.engine.history import RunResult
 from fedcore.engine.loop import Engine
 from fedcore.models.micro import tiny_mlp

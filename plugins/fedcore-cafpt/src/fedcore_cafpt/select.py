@@ -7,23 +7,22 @@ the same pool, also fixed per client), so CaFPT and PromptFL differ only in the 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
-import torch
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore_clip import cached_features, gather_labels, require_prompted
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientState, Share
 from fedcore_cafpt.pvi import NULL_MODES, pvi_scores
+from fedcore_clip import cached_features, gather_labels, require_prompted
 
 SELECTION = StashKey[tuple]("cafpt.selection")
 SCORES = StashKey[dict]("cafpt.scores")
@@ -62,8 +61,8 @@ class CaFPT:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_clip.testing import PROMPT_FIXTURE
         from fedcore.testing import CheckPlan
+        from fedcore_clip.testing import PROMPT_FIXTURE
 
         return CheckPlan(fixture=PROMPT_FIXTURE)
 

@@ -20,6 +20,9 @@ import torch
 
 import fedcore
 from fedcore.settings import setting
+from fedcore.types import ClientInfo, ClientUpdate, Share
+from fedcore_fedv.server import FedVServer
+from fedcore_fedv.spsa import SPSA
 from fedcore_split import (
     Segment,
     aggregate_split,
@@ -30,9 +33,6 @@ from fedcore_split import (
     server_state,
     train_split,
 )
-from fedcore.types import ClientInfo, ClientUpdate, Share
-from fedcore_fedv.server import FedVServer
-from fedcore_fedv.spsa import SPSA
 
 
 @attrs.frozen(eq=False, kw_only=True)

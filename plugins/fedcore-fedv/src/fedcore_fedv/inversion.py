@@ -22,8 +22,8 @@ gives the same scores for guesses that saw nothing (uniform noise, a public mean
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
+import copy
 from typing import Any
 
 import attrs

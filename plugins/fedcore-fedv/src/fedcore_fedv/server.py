@@ -14,16 +14,16 @@ At aggregation ``w_E <- w_E - lr_t / m * sum_i g_i`` over the clients whose upda
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
+import copy
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from fedcore.rng import derive_seed
-from fedcore_split import Segment, ServerRule, Session, SplitServerState
 from fedcore_fedv.spsa import SPSA
+from fedcore_split import Segment, ServerRule, Session, SplitServerState
 
 
 class FedVServer(ServerRule):

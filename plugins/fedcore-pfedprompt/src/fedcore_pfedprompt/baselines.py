@@ -12,10 +12,10 @@ import torch
 
 import fedcore
 from fedcore.builtin import weighted_mean
-from fedcore_clip import PromptUpdate
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate
+from fedcore_clip import PromptUpdate
 
 LAST_SEEN = StashKey[dict]("promptamp.last_seen")
 """Server side: the last prompt each client uploaded (FedAMP keeps one model per client)."""

@@ -14,10 +14,10 @@ import torch
 
 import fedcore
 from fedcore.data import labels_of
-from fedcore_clip import PromptEval, PromptedCLIP, cached_features, support_indices, train_prompt
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientInfo, ClientState
+from fedcore_clip import PromptedCLIP, PromptEval, cached_features, support_indices, train_prompt
 from fedcore_pfedprompt.attention import AFFINITIES, BUFFERS, KINDS, build_memory, personal_logits
 
 MEMORY = StashKey[dict]("pfedprompt.memory")

@@ -15,8 +15,7 @@ from torch import nn
 
 from fedcore import Pipeline
 from fedcore.builtin import FedAvg, FewShotPartition, GlobalEval, SGDUpdate, UniformSync, WholeModel
-from fedcore_clip import FrozenCLIP
-from fedcore_clip import ImagePrep, create_clip
+from fedcore_clip import FrozenCLIP, ImagePrep, create_clip
 
 
 class ImageTowerClassifier(nn.Module):

@@ -9,7 +9,7 @@ follow from these counts (see the README).
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import attrs
 
@@ -51,7 +51,7 @@ def system_cost(*, params: float, rounds: int = 100, batch: int = 32, epochs: in
                       inference_flops=2.0 * params * seq, storage_bytes=model_bytes)
 
 
-@lru_cache(maxsize=None)
+@cache
 def clip_counts(name: str) -> dict[str, int]:
     """Real parameter counts of an open_clip architecture (built once with random weights, nothing downloaded),
     with its text token width and joint embedding width."""

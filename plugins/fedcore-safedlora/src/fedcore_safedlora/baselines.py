@@ -11,8 +11,8 @@ FedPer and Local evaluate each client's personal model (see :class:`PersonalEval
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
+import copy
 from typing import Any
 
 import attrs
@@ -22,10 +22,10 @@ from torch import nn
 
 import fedcore
 from fedcore.data import batches, labels_of
-from fedcore_lora import matching_keys, subset_share
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientUpdate, Share
+from fedcore_lora import matching_keys, subset_share
 from fedcore_safedlora.training import Trainer
 
 

@@ -14,9 +14,9 @@ Ablations are settings: M1 fixed-rank FedLoRA ``t1_rounds=0, r_a=r_b``; M2 annea
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
+import warnings
 
 import attrs
 from torch import nn
@@ -24,6 +24,9 @@ from torch import nn
 import fedcore
 from fedcore.builtin import weighted_mean
 from fedcore.errors import ConfigError
+from fedcore.rng import derive_seed
+from fedcore.settings import setting
+from fedcore.types import AggregateResult, ClientUpdate, Share
 from fedcore_lora import (
     DEFAULT_TARGETS,
     check_rank,
@@ -38,10 +41,7 @@ from fedcore_lora import (
     set_rank,
     subset_share,
 )
-from fedcore.rng import derive_seed
 from fedcore_safedlora.schedules import ROUNDING, SHAPES, RankSchedule
-from fedcore.settings import setting
-from fedcore.types import AggregateResult, ClientUpdate, Share
 from fedcore_safedlora.training import Trainer
 
 INITIATING, ANNEALING = 1, 2
@@ -205,8 +205,8 @@ class FedLoRA(SAFedLoRA):
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_lora import inject_lora
         from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+        from fedcore_lora import inject_lora
 
         def vit_with_lora() -> Any:
             model = tiny_vit()

@@ -14,8 +14,8 @@ values and uses ``t`` for ``t - T_a``; with ``n = 1`` it reaches ``end`` exactly
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+import math
 from typing import Any
 
 import attrs

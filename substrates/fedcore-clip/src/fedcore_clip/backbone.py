@@ -10,10 +10,10 @@ through the same ``open_clip.create_model_and_transforms`` path.
 from __future__ import annotations
 
 import difflib
+from functools import cache
 import json
 import logging
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def _config_dir() -> Path:
     return root
 
 
-@lru_cache(maxsize=None)
+@cache
 def _open_clip():
     import open_clip
 
@@ -68,7 +68,7 @@ def check_architecture(name: str) -> None:
         raise ConfigError(f"open_clip architecture {name!r} does not exist; {hint}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_tokenizer(name: str):
     """open_clip's tokenizer for ``name`` (the BPE vocabulary ships with the wheel; works offline)."""
     return _open_clip().get_tokenizer(name)
@@ -138,7 +138,7 @@ class FrozenCLIP(nn.Module):
         std = getattr(model.visual, "image_std", None) or (0.26862954, 0.26130258, 0.27577711)
         self.prep = ImagePrep(_image_size(model), tuple(mean), tuple(std))
 
-    def train(self, mode: bool = True) -> "FrozenCLIP":  # frozen: always eval (no dropout, fixed BN)
+    def train(self, mode: bool = True) -> FrozenCLIP:  # frozen: always eval (no dropout, fixed BN)
         return super().train(False)
 
     @property

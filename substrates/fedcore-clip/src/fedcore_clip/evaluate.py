@@ -18,10 +18,10 @@ from torch import nn
 
 import fedcore
 from fedcore.data import labels_of
+from fedcore.types import ClientInfo, ClientState
 from fedcore_clip.features import SUPPORT, cached_features, gather_labels
 from fedcore_clip.learner import PromptedCLIP
 from fedcore_clip.share import require_prompted
-from fedcore.types import ClientInfo, ClientState
 
 
 def macro_f1(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
@@ -59,8 +59,8 @@ class PromptEval:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_clip.testing import PROMPT_FIXTURE
         from fedcore.testing import CheckPlan
+        from fedcore_clip.testing import PROMPT_FIXTURE
 
         return CheckPlan(fixture=PROMPT_FIXTURE)
 

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from fedcore.data import labels_of
-from fedcore_clip.backbone import FrozenCLIP
 from fedcore.stash import Stash, StashKey
+from fedcore_clip.backbone import FrozenCLIP
 
 FEATURES = StashKey[dict]("prompt.image_features")
 SUPPORT = StashKey[tuple]("prompt.support")

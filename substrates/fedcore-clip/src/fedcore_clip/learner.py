@@ -9,8 +9,8 @@ from the frozen token embedding and never cross the network.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
+import copy
 
 import torch
 from torch import nn
@@ -136,7 +136,7 @@ class PromptedCLIP(nn.Module):
     def personal_names(self) -> tuple[str, ...]:
         return tuple(f"prompt.{n}" for n in self.prompt.personal_names())
 
-    def working_copy(self) -> "PromptedCLIP":
+    def working_copy(self) -> PromptedCLIP:
         """A copy whose prompt is independent and whose frozen backbone is shared (it is never modified)."""
         return PromptedCLIP(self.backbone, copy.deepcopy(self.prompt))
 

@@ -15,8 +15,8 @@ import argparse
 import hashlib
 import json
 import math
-import time
 from pathlib import Path
+import time
 from typing import Any
 
 import torch
@@ -48,7 +48,6 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
     from safetensors.torch import load_file
 
     from fedcore_clip.captioned import captions, downstream, pretraining_set
-    from fedcore_clip.features import encode_all
 
     path = cache_path(dataset, steps=steps, batch_size=batch_size, lr=lr, seed=seed, n_per_class=n_per_class)
     model = create_clip(TINY, seed=seed)

@@ -13,8 +13,8 @@ import attrs
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore_clip.learner import PromptedCLIP
 from fedcore.types import ClientState, Share
+from fedcore_clip.learner import PromptedCLIP
 
 
 def require_prompted(model: Any, who: str) -> PromptedCLIP:
@@ -30,8 +30,8 @@ class PromptShare:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_clip.testing import PROMPT_FIXTURE
         from fedcore.testing import CheckPlan
+        from fedcore_clip.testing import PROMPT_FIXTURE
 
         return CheckPlan(fixture=PROMPT_FIXTURE)
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import torch
 
+from fedcore.testing import ContractFixture, tiny_data
 from fedcore_clip.backbone import FrozenCLIP, load_backbone
 from fedcore_clip.captioned import shapes_dataset
 from fedcore_clip.learner import PromptedCLIP, prompted_clip
-from fedcore.testing import ContractFixture, tiny_data
 
 
 @contextmanager
@@ -31,7 +31,7 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_backbone(seed: int = 0) -> FrozenCLIP:
     """The random-initialised ``fedcore-tiny-clip``, built once per process and seed (it is frozen)."""
     return load_backbone("fedcore-tiny-clip", seed=seed)

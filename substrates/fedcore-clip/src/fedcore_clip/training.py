@@ -8,16 +8,16 @@ features come from the cache unless ``encode`` is given (augmentation).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+import math
 
 import torch
 from torch import nn
 
 from fedcore.data import ArrayDataset
-from fedcore_clip.learner import PromptedCLIP
 from fedcore.training import train_epochs
 from fedcore.types import ClientData
+from fedcore_clip.learner import PromptedCLIP
 
 
 def trainable_parameters(model: PromptedCLIP) -> list[tuple[str, nn.Parameter]]:

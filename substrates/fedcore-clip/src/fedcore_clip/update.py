@@ -8,11 +8,11 @@ import torch
 
 import fedcore
 from fedcore.errors import ConfigError
+from fedcore.settings import setting
+from fedcore.types import ClientData, ClientState, ClientUpdate, Share
 from fedcore_clip.features import SUPPORT, cached_features, gather_images, gather_labels
 from fedcore_clip.share import require_prompted
 from fedcore_clip.training import train_prompt
-from fedcore.settings import setting
-from fedcore.types import ClientData, ClientState, ClientUpdate, Share
 
 
 def shift_augment(x: torch.Tensor, generator: torch.Generator, pad: int) -> torch.Tensor:
@@ -54,8 +54,8 @@ class PromptUpdate:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_clip.testing import PROMPT_FIXTURE
         from fedcore.testing import CheckPlan
+        from fedcore_clip.testing import PROMPT_FIXTURE
 
         return CheckPlan(fixture=PROMPT_FIXTURE)
 

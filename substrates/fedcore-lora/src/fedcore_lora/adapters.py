@@ -11,8 +11,8 @@ Parameterisation follows SA-FedLoRA's Eq. 6 by default: ``ΔW = B A`` with scali
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+import re
 
 import torch
 from torch import nn

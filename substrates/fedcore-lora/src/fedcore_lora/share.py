@@ -7,9 +7,9 @@ carries peft adapters (see :func:`fedcore_lora.inject_lora`): adapters + an opti
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 import copy
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -17,9 +17,9 @@ from torch import nn
 
 import fedcore
 from fedcore.errors import ConfigError
-from fedcore_lora.adapters import adapter_keys, current_rank, has_lora
 from fedcore.settings import setting
 from fedcore.types import Share
+from fedcore_lora.adapters import adapter_keys, current_rank, has_lora
 
 
 def matching_keys(model: nn.Module, pattern: str | None, *, setting: str = "pattern") -> list[str]:
@@ -77,8 +77,8 @@ class LoRAShare:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_lora import inject_lora
         from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+        from fedcore_lora import inject_lora
 
         def vit_with_lora() -> Any:
             model = tiny_vit()

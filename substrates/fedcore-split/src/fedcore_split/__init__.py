@@ -14,10 +14,10 @@ FedV alone and live in its plugin (``fedcore_fedv.spsa``, ``fedcore_fedv.inversi
 from fedcore_split.aggregate import aggregate_split
 from fedcore_split.components import SplitFedV1, SplitFedV2, SplitLearning, Turns, VanillaSL, layout_for
 from fedcore_split.endpoint import (
+    INPUT_GRAD,
     LABELS,
     LOSS,
     LOSSES,
-    INPUT_GRAD,
     OUTPUT_GRAD,
     QUERY_OUT,
     SERVER_OUT,

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedcore.builtin import weighted_mean
-from fedcore_split.state import server_state, take_rule
 from fedcore.types import AggregateResult, ClientUpdate
+from fedcore_split.state import server_state, take_rule
 
 
 def aggregate_split(updates: Sequence[ClientUpdate], ctx: Any, *, weighting: str = "samples",

@@ -25,13 +25,13 @@ import fedcore
 from fedcore.errors import ConfigError
 from fedcore.rng import numpy_generator
 from fedcore.settings import setting
+from fedcore.types import ClientInfo, ClientUpdate, Share
 from fedcore_split.aggregate import aggregate_split
 from fedcore_split.rules import FrozenServer, SequentialServer, ServerCopies
 from fedcore_split.share import build_share, remember
 from fedcore_split.stages import split_layout
 from fedcore_split.state import round_rule, server_state
 from fedcore_split.train import train_split
-from fedcore.types import ClientInfo, ClientUpdate, Share
 
 
 def layout_for(component: Any, model: Any) -> dict[str, tuple[str, ...]]:

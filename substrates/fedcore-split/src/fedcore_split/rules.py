@@ -12,16 +12,16 @@
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
+import copy
 
 import torch
 from torch import nn
 
+from fedcore.training import make_optimizer
 from fedcore_split.endpoint import ServerRule, Session
 from fedcore_split.stages import Segment
 from fedcore_split.state import SplitServerState
-from fedcore.training import make_optimizer
 
 
 def _step(opt: torch.optim.Optimizer, params: Sequence[tuple[str, nn.Parameter]], grads: Mapping[str, torch.Tensor]

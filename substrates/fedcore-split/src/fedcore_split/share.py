@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
+from fedcore.types import ClientState, Share
 from fedcore_split.endpoint import Endpoint, ServerRule
 from fedcore_split.stages import Segment
 from fedcore_split.state import SYNCED, personal_entries
-from fedcore.types import ClientState, Share
 
 
 def build_share(model: nn.Module, layout: dict[str, tuple[str, ...]], client: Any, state: ClientState, ctx: Any,

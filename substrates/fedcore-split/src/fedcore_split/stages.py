@@ -17,9 +17,9 @@ renaming, and runs the stages with timm's own code (``_pos_embed``, ``pool``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import copy
 import functools
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch

@@ -9,8 +9,8 @@ finished (its result is in the global model) or is re-run.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
+import copy
 from typing import Any
 
 import attrs
