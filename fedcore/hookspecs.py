@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
+    from fedcore.pipeline import Pipeline
     from fedcore.engine.client_job import ClientJob
     from fedcore.registry import ComponentRegistry
     from fedcore.scheduling import Scheduler
@@ -176,6 +177,17 @@ def fedcore_evaluate(
 
 
 @hookspec
+def fedcore_check_pipeline(pipeline: Pipeline) -> None:
+    """The pipeline is assembled: refuse a combination this component cannot run, before any work.
+
+    Raise :class:`fedcore.ConfigError` with one line naming this component, the one it cannot work with
+    and what to use instead; ``pipeline.provider(slot)`` gives the other components and
+    ``fedcore.scheduling.is_asynchronous(pipeline.provider("schedule"))`` tells an asynchronous schedule.
+    Called once, when the pipeline is built, so ``fedcore run`` refuses before a run directory exists.
+    """
+
+
+@hookspec
 def fedcore_run_start(run: RunContext) -> None:
     """The run is set up (partition done, clients known) and about to dispatch the first round."""
 
@@ -223,6 +235,7 @@ SLOT_HOOKS: dict[str, str] = {
 """Slot name (the key used in configs) -> hook name."""
 
 OBSERVER_HOOKS: tuple[str, ...] = (
+    "fedcore_check_pipeline",
     "fedcore_run_start",
     "fedcore_round_start",
     "fedcore_client_done",

@@ -117,6 +117,9 @@ class Hooks:
 
     # -- observers (every implementation runs, in pipeline order) ----------------------------
 
+    def fedcore_check_pipeline(self, *, pipeline: Pipeline) -> None:
+        self._pm.hook.fedcore_check_pipeline(pipeline=pipeline)
+
     def fedcore_run_start(self, *, run: RunContext) -> None:
         self._pm.hook.fedcore_run_start(run=run)
 
@@ -196,6 +199,7 @@ class Pipeline:
         self._pm = pm
         self._validate()
         self.hooks = Hooks(pm, self)
+        self.hooks.fedcore_check_pipeline(pipeline=self)  # components refuse combinations they cannot run
         if os.environ.get("FEDCORE_TRACE_HOOKS", "").strip() not in ("", "0"):
             pm.trace.root.setwriter(sys.stderr.write)
             pm.enable_tracing()

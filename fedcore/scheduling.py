@@ -97,4 +97,12 @@ def sample_clients(ids: Sequence[int], fraction: float, min_clients: int, rng: n
     chosen = rng.choice(np.asarray(ids), size=k, replace=False)
     return sorted(int(c) for c in chosen)
 
-__all__ = ["Scheduler", "SchedulerPolicy", "sample_clients"]
+def is_asynchronous(component: object) -> bool:
+    """Whether a schedule component aggregates before every dispatched client has answered (updates may be stale).
+
+    Schedule components declare it as a class attribute ``asynchronous: ClassVar[bool]`` (default: synchronous).
+    """
+    return bool(getattr(type(component), "asynchronous", False))
+
+
+__all__ = ["Scheduler", "SchedulerPolicy", "is_asynchronous", "sample_clients"]

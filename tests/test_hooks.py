@@ -285,6 +285,28 @@ class Watcher:
         self.log.append(("run_end", len(history), run.server.version))
 
 
+def test_hook_fedcore_check_pipeline():
+    """A component refuses a combination when the pipeline is built; nothing runs, one line says why."""
+    from fedcore.scheduling import is_asynchronous
+
+    seen = []
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class SyncOnly:
+        @fedcore.hookimpl
+        def fedcore_check_pipeline(self, pipeline):
+            seen.append(type(pipeline.provider("schedule")).__name__)
+            if is_asynchronous(pipeline.provider("schedule")):
+                raise fedcore.ConfigError("SyncOnly needs a synchronous schedule")
+
+    fedcore.Pipeline([SyncOnly()])
+    assert seen == ["UniformSync"]
+    for schedule in ("async", "buffered", "semi-async"):
+        with pytest.raises(fedcore.ConfigError, match="needs a synchronous schedule"):
+            fedcore.Pipeline([SyncOnly(), fedcore.get(schedule)()])
+    assert not is_asynchronous(UniformSync())
+
+
 def test_hook_fedcore_run_start():
     w = Watcher()
     _run([w])

@@ -8,7 +8,7 @@ pipeline has; ``FedAsyncMix`` (the aggregate slot) is the paper's server update
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -33,6 +33,8 @@ class AsyncRounds(ContinuousRounds):
 @attrs.frozen(eq=False, kw_only=True)
 class AsyncSchedule:
     """Fully asynchronous schedule (FedAsync; Co-S2P(Async.)): one aggregation per arriving update."""
+
+    asynchronous: ClassVar[bool] = True  # aggregates before all dispatched clients answered
 
     concurrency: int | None = setting(None, kind=int, low=1, optional=True,
                                       help="clients training at once (default: all)")
@@ -64,6 +66,7 @@ class FedAsyncMix:
     Several simultaneous arrivals are first averaged with weights ``n_i·s(τ_i)``; the mixing weight
     is then ``α`` times the sample-weighted mean of ``s(τ_i)`` (exactly the paper's rule for one).
     """
+
 
     alpha: float = setting(0.6, low=0.0, high=1.0, low_open=True, help="mixing weight α")
     staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS, help="staleness discount s(τ)")

@@ -9,7 +9,7 @@ the convex mean of the uploaded values (``fedcore.builtin.buffers``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -37,6 +37,8 @@ class BufferedRounds(ContinuousRounds):
 @attrs.frozen(eq=False, kw_only=True)
 class BufferedSchedule:
     """FedBuff's schedule: ``concurrency`` clients in flight, aggregate every ``buffer_size`` arrivals."""
+
+    asynchronous: ClassVar[bool] = True  # aggregates before all dispatched clients answered
 
     buffer_size: int = setting(10, low=1, help="K: updates per aggregation")
     concurrency: int | None = setting(None, kind=int, low=1, optional=True,
@@ -66,6 +68,7 @@ class BufferedSchedule:
 @attrs.frozen(eq=False, kw_only=True)
 class FedBuffStep:
     """FedBuff's server step on deltas, discounted by staleness (``s(τ) = 1/sqrt(1+τ)`` by default)."""
+
 
     server_lr: float = setting(1.0, low=0.0, low_open=True, help="η_g")
     staleness: str = setting("polynomial", choices=STALENESS_FUNCTIONS, help="staleness discount s(τ)")

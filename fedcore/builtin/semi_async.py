@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -58,6 +58,9 @@ class SemiAsyncRounds(SchedulerPolicy):
 @attrs.frozen(eq=False, kw_only=True)
 class SemiAsyncSchedule:
     """Co-S2P's semi-asynchronous schedule; ``mu=1/N, t_clk=0`` is its fully asynchronous variant."""
+
+    asynchronous: ClassVar[bool] = True  # aggregates before all dispatched clients answered
+
 
     mu: float = setting(0.5, low=0.0, high=1.0, low_open=True, help="minimal received ratio μ (of all N clients)")
     t_clk: float = setting(0.0, low=0.0, help="T_clk: virtual seconds to keep accepting after μN arrivals")
