@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from fedcore_treelearning import SplitProblem, tree_time
 
 from fedcore.errors import ConfigError
 from fedcore.runtime import ResourceError
-from fedcore_treelearning import SplitProblem, tree_time
 
 
 def golden() -> SplitProblem:
@@ -92,16 +92,16 @@ def test_one_split_per_client():
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(client_speeds=(1, 0, 4)), r"client_speeds\[1\]=0"),
-    (dict(client_bandwidths=(4, 2)), "client_bandwidths has 2 entries"),
-    (dict(feature_bytes=(1, 1)), "feature_bytes has 2 entries"),
-    (dict(unit_flops=(1,), feature_bytes=(1,)), "at least 2"),
-    (dict(unit_flops=(1, -2, 1, 1, 1)), r"unit_flops\[1\]=-2"),
-    (dict(server_speed=0.0), "server_speed"),
-    (dict(max_splits=(2, 6, 3)), r"max_splits\[1\]=6"),
+    ({"client_speeds": (1, 0, 4)}, r"client_speeds\[1\]=0"),
+    ({"client_bandwidths": (4, 2)}, "client_bandwidths has 2 entries"),
+    ({"feature_bytes": (1, 1)}, "feature_bytes has 2 entries"),
+    ({"unit_flops": (1,), "feature_bytes": (1,)}, "at least 2"),
+    ({"unit_flops": (1, -2, 1, 1, 1)}, r"unit_flops\[1\]=-2"),
+    ({"server_speed": 0.0}, "server_speed"),
+    ({"max_splits": (2, 6, 3)}, r"max_splits\[1\]=6"),
 ])
 def test_bad_problem_is_one_clear_error(change, message):
-    fields = dict(unit_flops=(2, 4, 6, 8, 10), feature_bytes=(8, 4, 2, 1, 1), client_speeds=(1, 2, 4),
-                  client_bandwidths=(4, 2, 1), server_speed=2)
+    fields = {"unit_flops": (2, 4, 6, 8, 10), "feature_bytes": (8, 4, 2, 1, 1), "client_speeds": (1, 2, 4),
+                  "client_bandwidths": (4, 2, 1), "server_speed": 2}
     with pytest.raises(ConfigError, match=message):
         SplitProblem(**{**fields, **change})

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedcore_treelearning import SplitProblem, branch_and_bound, exhaustive, tree_time
 
 from fedcore.errors import ConfigError
-from fedcore_treelearning import SplitProblem, branch_and_bound, exhaustive, tree_time
 
 CLIENT_COUNTS = (1, 2, 3, 4, 5, 6)
 MAX_ASSIGNMENTS = 1500  # keeps the exhaustive reference fast
@@ -30,8 +30,8 @@ def test_branch_and_bound_equals_exhaustive_on_200_random_instances(chunk):
     rng = np.random.default_rng([2023, chunk])
     for case in range(50):
         p = random_problem(rng)
-        flags = dict(monotone=bool(rng.random() < 0.7), strict_thesis_recursion=bool(rng.random() < 0.3),
-                     stream_scaled=bool(rng.random() < 0.3))
+        flags = {"monotone": bool(rng.random() < 0.7), "strict_thesis_recursion": bool(rng.random() < 0.3),
+                     "stream_scaled": bool(rng.random() < 0.3)}
         ref = exhaustive(p, **flags)
         got = branch_and_bound(p, **flags)
         assert got.time == ref.time, (chunk, case, flags, got, ref)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -44,6 +45,10 @@ def _non_negative_floats(instance: object, attribute: attrs.Attribute, value: tu
         raise ConfigError(f"{type(instance).__name__}.{attribute.name}[{i}]={v!r}: every entry must be a finite number >= 0")
 
 
+def _optional_tuple(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
 def _floats(value: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value)
 
@@ -63,8 +68,8 @@ class SplitProblem:
     client_speeds: tuple[float, ...] = attrs.field(converter=_floats, validator=_positive_floats)
     client_bandwidths: tuple[float, ...] = attrs.field(converter=_floats, validator=_positive_floats)
     server_speed: float = setting(kind=float, low=0.0, low_open=True, help="V_s, FLOP/s")
-    max_splits: tuple[int, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
-    client_names: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
+    max_splits: tuple[int, ...] | None = attrs.field(default=None, converter=_optional_tuple)
+    client_names: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_tuple)
 
     def __attrs_post_init__(self) -> None:
         n, c = len(self.unit_flops), len(self.client_speeds)
@@ -113,7 +118,7 @@ class SplitProblem:
 
     @classmethod
     def from_devices(cls, profile: ModelProfile, devices: Sequence[DeviceProfile], *, server_flops: float,
-                     batch_size: int, optimizer_slots: int = 1) -> "SplitProblem":
+                     batch_size: int, optimizer_slots: int = 1) -> SplitProblem:
         """The problem for real clients: Q^k = (forward+backward FLOPs per sample) x batch, F^k = output bytes x
         batch, V_i = ``device.flops``, B_i = ``device.up_bps`` / 8 (the forward upload of Eq. 3.3), and each
         client's deepest split from its memory (weights, gradients, ``optimizer_slots`` states, activations)."""
@@ -137,7 +142,7 @@ class SplitProblem:
         return cls(unit_flops=[u.train_flops * batch_size for u in profile.units],
                    feature_bytes=[u.output_bytes * batch_size for u in profile.units],
                    client_speeds=[d.flops for d in devices], client_bandwidths=[d.up_bps / 8 for d in devices],
-                   server_speed=float(server_flops), max_splits=caps, client_names=names)
+                   server_speed=float(server_flops), max_splits=tuple(caps), client_names=tuple(names))
 
 
 def tree_time(problem: SplitProblem, splits: Sequence[int], *, clients: Sequence[int] | None = None,

@@ -129,7 +129,8 @@ def profile_model(model: nn.Module | Sequence[nn.Module], sample: torch.Tensor) 
                 if outputs[k].requires_grad:
                     torch.autograd.backward(outputs[k], grad)
             backward_flops[k] = counter.get_total_flops()
-            grad = inputs[k].grad if inputs[k].grad is not None else torch.zeros_like(inputs[k])
+            input_grad = inputs[k].grad
+            grad = input_grad if input_grad is not None else torch.zeros_like(inputs[k])
     profiles = []
     for k, (name, unit) in enumerate(units):
         params = list(unit.parameters())

@@ -42,7 +42,8 @@ def exhaustive(problem: SplitProblem, *, monotone: bool = True, strict_thesis_re
                stream_scaled: bool = False) -> SplitSolution:
     """Cost every assignment (the reference the tests hold the branch and bound to); first minimum wins."""
     ranges = [range(2, problem.max_split(i) + 1) for i in range(problem.n_clients)]
-    best, best_time, evaluated = None, math.inf, 0
+    best: tuple[int, ...] = ()
+    best_time, evaluated = math.inf, 0
     for splits in itertools.product(*ranges):
         if monotone and not _respects_order(problem, splits):
             continue
@@ -50,7 +51,7 @@ def exhaustive(problem: SplitProblem, *, monotone: bool = True, strict_thesis_re
         evaluated += 1
         if t < best_time:
             best, best_time = splits, t
-    return SplitSolution(splits=tuple(best), time=best_time, evaluated=evaluated)
+    return SplitSolution(splits=best, time=best_time, evaluated=evaluated)
 
 
 def branch_and_bound(problem: SplitProblem, *, init: Sequence[int] | None = None, monotone: bool = True,
@@ -60,25 +61,28 @@ def branch_and_bound(problem: SplitProblem, *, init: Sequence[int] | None = None
     ``init`` warm-starts the search with a previous solution (periodic re-partition, thesis §3.3.2); it
     must be one valid split per client.
     """
-    flags = dict(strict_thesis_recursion=strict_thesis_recursion, stream_scaled=stream_scaled)
+    def cost(splits: Sequence[int], clients: Sequence[int] | None = None) -> float:
+        return tree_time(problem, splits, clients=clients, strict_thesis_recursion=strict_thesis_recursion,
+                         stream_scaled=stream_scaled)
+
     c, n = problem.n_clients, problem.n_layers
     order = sorted(range(c), key=lambda i: problem.client_speeds[i])  # line 2: slowest first (stable)
     evaluated = 0
     incumbent: tuple[int, ...] | None = None
     best = math.inf
     if init is not None:  # line 3: the current best solution
-        init = tuple(init)
-        if len(init) != c:
-            raise ConfigError(f"init has {len(init)} split(s); the problem has {c} clients")
-        for i, s in enumerate(init):
-            problem.check_split(i, s)
-        if _feasible(problem, init, monotone):
-            incumbent, best, evaluated = init, tree_time(problem, init, **flags), 1
+        start = tuple(init)
+        if len(start) != c:
+            raise ConfigError(f"init has {len(start)} split(s); the problem has {c} clients")
+        for i, split in enumerate(start):
+            problem.check_split(i, split)
+        if _feasible(problem, start, monotone):
+            incumbent, best, evaluated = start, cost(start), 1
     if incumbent is None:  # best common split, capped by each client's memory
         for s in range(2, n + 1):
             splits = tuple(min(s, problem.max_split(i)) for i in range(c))
             if _feasible(problem, splits, monotone):
-                t = tree_time(problem, splits, **flags)
+                t = cost(splits)
                 evaluated += 1
                 if t < best:
                     incumbent, best = splits, t
@@ -93,13 +97,14 @@ def branch_and_bound(problem: SplitProblem, *, init: Sequence[int] | None = None
         children = []
         for s in range(lo, problem.max_split(client) + 1):
             child = prefix + (s,)
-            t = tree_time(problem, child, clients=order[:len(child)], **flags)
+            t = cost(child, order[:len(child)])
             evaluated += 1
             if t >= best:  # line 10-11: cannot improve on the incumbent
                 continue
             if len(child) == c:  # lines 12-14: a complete solution, back in the problem's client order
-                best, incumbent = t, tuple(s for _, s in sorted(zip(order, child)))
+                best, incumbent = t, tuple(split for _, split in sorted(zip(order, child)))
             else:
                 children.append(child)
         stack.extend(reversed(children))
+    assert incumbent is not None  # split 2 for everyone is always feasible
     return SplitSolution(splits=incumbent, time=best, evaluated=evaluated)

@@ -14,6 +14,7 @@ Units share parameters with the model (no copies), so profiling or training a un
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,7 +28,9 @@ SUPPORTED = ("timm VisionTransformer (cut by block)", "timm ResNet (stem, layer1
 class ViTStem(nn.Module):
     """Patch embedding + cls/register tokens + position embedding + pre-norm of a timm ViT."""
 
-    def __init__(self, vit: nn.Module) -> None:
+    _vit: Any
+
+    def __init__(self, vit: Any) -> None:
         super().__init__()
         object.__setattr__(self, "_vit", vit)  # not a submodule: the unit owns only the stem's parameters
         self.patch_embed, self.patch_drop, self.norm_pre = vit.patch_embed, vit.patch_drop, vit.norm_pre
@@ -45,7 +48,9 @@ class ViTStem(nn.Module):
 class ViTHead(nn.Module):
     """Final norm + pooling + classifier of a timm ViT."""
 
-    def __init__(self, vit: nn.Module) -> None:
+    _vit: Any
+
+    def __init__(self, vit: Any) -> None:
         super().__init__()
         object.__setattr__(self, "_vit", vit)
         self.norm, self.fc_norm, self.head_drop, self.head = vit.norm, vit.fc_norm, vit.head_drop, vit.head
@@ -57,7 +62,7 @@ class ViTHead(nn.Module):
 
 
 class ResNetStem(nn.Module):
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: Any) -> None:
         super().__init__()
         self.conv1, self.bn1, self.act1, self.maxpool = net.conv1, net.bn1, net.act1, net.maxpool
 
@@ -66,7 +71,9 @@ class ResNetStem(nn.Module):
 
 
 class ResNetHead(nn.Module):
-    def __init__(self, net: nn.Module) -> None:
+    _net: Any
+
+    def __init__(self, net: Any) -> None:
         super().__init__()
         object.__setattr__(self, "_net", net)
         self.global_pool, self.fc = net.global_pool, net.fc
