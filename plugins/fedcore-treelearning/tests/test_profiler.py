@@ -50,6 +50,29 @@ def test_micro_vit_units_are_the_stem_blocks_and_head():
     assert sum(sum(p.numel() for p in u.parameters()) for _, u in units) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("variant", [{"global_pool": "map"}, {"dynamic_img_size": True}, {"reg_tokens": 2},
+                                     {"global_pool": "avg", "class_token": False}, {"no_embed_class": True}])
+def test_vit_variants_compose_and_own_every_parameter(variant):
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                              embed_dim=32, num_heads=2, num_classes=10, **variant).eval()
+    x = torch.randn(2, 3, 32, 32)
+    h = x
+    for _, unit in partition_units(model):
+        h = unit(h)
+    assert torch.equal(h, model(x))
+
+
+def test_a_part_no_unit_owns_is_one_clear_error():
+    model = ResNet(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), num_classes=10)
+    model.extra = nn.Linear(2, 2)  # not on the forward path the cut knows
+    with pytest.raises(ConfigError, match=r"cannot cut this ResNet into units: parameters \['extra.weight', 'extra.bias'\]"):
+        partition_units(model)
+    shared = nn.Linear(4, 4)
+    with pytest.raises(ConfigError, match="shared between units"):
+        partition_units(nn.Sequential(shared, nn.ReLU(), shared))
+
+
 def test_micro_vit_profile_is_positive_and_matches_the_block_formula():
     profile = profile_model(micro_vit(), torch.randn(4, 3, 32, 32))
     assert all(u.forward_flops > 0 and u.backward_flops > 0 and u.output_bytes > 0 and u.params > 0

@@ -88,22 +88,31 @@ def partition_units(model: nn.Module | Sequence[nn.Module]) -> tuple[tuple[str, 
     from timm.models.vision_transformer import VisionTransformer
 
     if isinstance(model, VisionTransformer):
-        if getattr(model, "global_pool", "") == "map" or getattr(model, "dynamic_img_size", False):
-            raise ConfigError(f"cannot cut a VisionTransformer with global_pool={model.global_pool!r}, "
-                              f"dynamic_img_size={model.dynamic_img_size} into units; supported: {', '.join(SUPPORTED)}")
         blocks = tuple((f"blocks.{i}", b) for i, b in enumerate(model.blocks))
         units = (("stem", ViTStem(model)), *blocks, ("head", ViTHead(model)))
     elif isinstance(model, ResNet):
         units = (("stem", ResNetStem(model)), *((f"layer{i}", getattr(model, f"layer{i}")) for i in range(1, 5)),
                  ("head", ResNetHead(model)))
     elif isinstance(model, nn.Sequential):
-        units = tuple(model.named_children())
+        units = tuple((name, child) for name, child in model._modules.items() if child is not None)  # repeats kept
     elif isinstance(model, (nn.ModuleList, list, tuple)) and all(isinstance(m, nn.Module) for m in model):
         units = tuple((str(i), m) for i, m in enumerate(model))
     else:
         raise ConfigError(f"cannot cut a model of type {type(model).__module__}.{type(model).__qualname__} into "
                           f"partition units; supported: {', '.join(SUPPORTED)}")
+    if isinstance(model, nn.Module):
+        _check_every_parameter_in_one_unit(model, units)
     if len(units) < 2:
         raise ConfigError(f"a {type(model).__name__} with {len(units)} unit(s) cannot be split: Tree Learning needs "
                           f"at least 2 partition units (one on the client, one on the server)")
     return units
+
+
+def _check_every_parameter_in_one_unit(model: nn.Module, units: tuple[tuple[str, nn.Module], ...]) -> None:
+    """A variant whose extra parts the cut does not know (a new timm option) must not be profiled half."""
+    owned = [id(p) for _, unit in units for p in unit.parameters()]
+    missing = [name for name, p in model.named_parameters() if id(p) not in set(owned)]
+    if missing or len(owned) != len(set(owned)):
+        raise ConfigError(f"cannot cut this {type(model).__qualname__} into units: parameters "
+                          f"{missing[:5] or 'shared between units'} belong to no unit; supported: {', '.join(SUPPORTED)}"
+                          f" (or pass the units as a list)")
