@@ -105,3 +105,13 @@ def test_bad_problem_is_one_clear_error(change, message):
                   "client_bandwidths": (4, 2, 1), "server_speed": 2}
     with pytest.raises(ConfigError, match=message):
         SplitProblem(**{**fields, **change})
+
+
+def test_numpy_inputs_are_plain_numbers():
+    import numpy as np
+
+    p = SplitProblem(unit_flops=np.array([2, 4, 6, 8, 10]), feature_bytes=np.array([8.0, 4, 2, 1, 1]),
+                     client_speeds=np.array([1, 2, 4]), client_bandwidths=(4, 2, 1), server_speed=2)
+    assert tree_time(p, np.array([2, 3, 5])) == 18.0  # the golden case above
+    with pytest.raises(ConfigError, match="split True of client 0 is outside the model"):
+        tree_time(p, (True, 3, 5))

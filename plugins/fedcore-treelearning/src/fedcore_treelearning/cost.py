@@ -20,6 +20,7 @@ n_k = number of clients merged by layer k (the thesis uses a constant Q^k).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,7 +51,7 @@ def _optional_tuple(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
 
 
 def _floats(value: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value)
+    return tuple(float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else v for v in value)
 
 
 @attrs.frozen(kw_only=True)
@@ -104,7 +105,7 @@ class SplitProblem:
     def check_split(self, i: int, split: int) -> None:
         """One clear error for a split outside the model or beyond what the client's memory holds."""
         n = self.n_layers
-        if isinstance(split, bool) or not isinstance(split, int) or not 2 <= split <= n:
+        if isinstance(split, bool) or not isinstance(split, numbers.Integral) or not 2 <= split <= n:
             raise ConfigError(f"split {split!r} of {self.client_name(i)} is outside the model: with {n} layers a split "
                               f"is an int in 2..{n} (layers 1..split-1 on the client, Eq. 3.5)")
         if split > self.max_split(i):
