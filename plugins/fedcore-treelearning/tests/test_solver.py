@@ -89,6 +89,20 @@ def test_warm_start_returns_the_same_optimum_with_no_more_work():
         assert warm.evaluated <= cold.evaluated + 1
 
 
+def test_relabelling_clients_permutes_the_solution():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        p = random_problem(rng)
+        perm = rng.permutation(p.n_clients).tolist()
+        q = SplitProblem(unit_flops=p.unit_flops, feature_bytes=p.feature_bytes, server_speed=p.server_speed,
+                         client_speeds=[p.client_speeds[i] for i in perm],
+                         client_bandwidths=[p.client_bandwidths[i] for i in perm],
+                         max_splits=[p.max_split(i) for i in perm])
+        a, b = branch_and_bound(p), branch_and_bound(q)
+        assert a.time == b.time
+        assert tree_time(p, [b.splits[perm.index(i)] for i in range(p.n_clients)]) == a.time
+
+
 def test_init_outside_the_model_is_one_clear_error():
     p = SplitProblem(unit_flops=(1, 1, 1), feature_bytes=(1, 1, 1), client_speeds=(1, 2), client_bandwidths=(1, 1),
                      server_speed=1)

@@ -157,7 +157,7 @@ def tree_time(problem: SplitProblem, splits: Sequence[int], *, clients: Sequence
     clients = range(problem.n_clients) if clients is None else clients
     if len(splits) != len(clients):
         raise ConfigError(f"{len(splits)} split(s) given for {len(clients)} client(s); give one split per client (Eq. 3.6)")
-    if not splits:
+    if len(splits) == 0:
         return 0.0
     n = problem.n_layers
     meeting = [-math.inf] * (n + 2)  # t^k, indexed by layer k
