@@ -1,0 +1,98 @@
+"""Element-wise weighted merge of masked client deltas (Co-S2P Eq. 5, FedRolex, HeteroFL).
+
+For every element e of every global tensor::
+
+    w'(e) = w(e) - server_lr * sum_u m_u(e) a_u(e) Δ_u(e) / sum_u m_u(e) a_u(e)
+
+with Δ_u = w_start - w_end in global coordinates (``scatter`` of the submodel delta into zeros) and
+m_u the element mask ``scatter`` returns. Elements no client trained keep their value. The weight
+rule a_u is a setting:
+
+* ``"uniform"``: a_u = 1, the per-element count average of FedRolex and HeteroFL;
+* ``"samples"``: a_u = ``weights[u]`` (e.g. local sample counts, FedAvg-style);
+* a callable ``rule(name, global_tensor, deltas, masks, weights) -> list of tensors``, one element weight
+  per update broadcastable to the tensor (Co-S2P's Eq. 4 γ per segment plugs in here).
+
+Where the weights of an element sum to 0 the uniform mean is used instead (spec 004 §1.6).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+from fedcore.errors import ConfigError, InvalidUpdateError
+from fedcore.types import TensorDict
+
+WeightRule = Callable[[str, torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[float]], Sequence[torch.Tensor]]
+RULES = ("uniform", "samples")
+
+
+def _validate(global_state: Mapping[str, torch.Tensor],
+              updates: Sequence[tuple[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor]]],
+              weights: Sequence[float], rule: str | WeightRule) -> None:
+    if not callable(rule) and rule not in RULES:
+        raise ConfigError(f"rule={rule!r} is not allowed; choose one of: {', '.join(map(repr, RULES))} or a callable")
+    if len(weights) != len(updates):
+        raise ConfigError(f"weights has {len(weights)} entries for {len(updates)} updates")
+    bad = [w for w in weights if not (float(w) >= 0.0 and float(w) < float("inf"))]
+    if bad:
+        raise ConfigError(f"weights must be finite and >= 0, got {bad}")
+    for u, (delta, mask) in enumerate(updates):
+        if set(delta) != set(mask):
+            raise InvalidUpdateError(f"update {u}: delta and mask name different tensors: "
+                                     f"{sorted(set(delta) ^ set(mask))[:5]}")
+        for name, d in delta.items():
+            if name not in global_state:
+                raise InvalidUpdateError(f"update {u}: tensor {name} is not in the global state")
+            if d.shape != global_state[name].shape or mask[name].shape != global_state[name].shape:
+                raise InvalidUpdateError(
+                    f"update {u}: tensor {name} has delta {tuple(d.shape)} / mask {tuple(mask[name].shape)}; the "
+                    f"global tensor is {tuple(global_state[name].shape)} (scatter the submodel delta first)")
+            if mask[name].dtype != torch.bool:
+                raise InvalidUpdateError(f"update {u}: mask of {name} has dtype {mask[name].dtype}; expected bool")
+            if not torch.isfinite(d[mask[name]]).all():
+                raise InvalidUpdateError(f"update {u}: tensor {name} has NaN or Inf in its trained elements")
+
+
+def masked_weighted_delta(global_state: Mapping[str, torch.Tensor],
+                          updates_with_masks: Sequence[tuple[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor]]],
+                          weights: Sequence[float] | None = None, *, rule: str | WeightRule = "uniform",
+                          server_lr: float = 1.0) -> TensorDict:
+    """A new global state: each element moved by the weighted mean delta of the clients that trained it.
+
+    Everything is validated before anything is merged; the inputs are not modified.
+    """
+    weights = [1.0] * len(updates_with_masks) if weights is None else [float(w) for w in weights]
+    _validate(global_state, updates_with_masks, weights, rule)
+    out: TensorDict = {}
+    for name, w in global_state.items():
+        holders = [u for u, (delta, _) in enumerate(updates_with_masks) if name in delta]
+        if not holders or not w.is_floating_point():
+            out[name] = w.clone()
+            continue
+        deltas = [updates_with_masks[u][0][name].to(w.dtype) for u in holders]
+        masks = [updates_with_masks[u][1][name] for u in holders]
+        if callable(rule):
+            factors = [torch.as_tensor(a, dtype=w.dtype).expand_as(w)
+                       for a in rule(name, w, deltas, masks, [weights[u] for u in holders])]
+            if len(factors) != len(holders):
+                raise ConfigError(f"weight rule returned {len(factors)} weights for {len(holders)} updates of {name}")
+        elif rule == "samples":
+            factors = [torch.full_like(w, weights[u]) for u in holders]
+        else:
+            factors = [torch.ones_like(w) for _ in holders]
+        count = torch.zeros_like(w)
+        num, den, plain = torch.zeros_like(w), torch.zeros_like(w), torch.zeros_like(w)
+        for d, m, a in zip(deltas, masks, factors):
+            m = m.to(w.dtype)
+            num += m * a * torch.where(m.bool(), d, torch.zeros_like(d))
+            den += m * a
+            plain += torch.where(m.bool(), d, torch.zeros_like(d))
+            count += m
+        trained = count > 0
+        weighted = den > 0
+        step = torch.where(weighted, num / torch.where(weighted, den, torch.ones_like(den)),
+                           plain / count.clamp(min=1))
+        out[name] = torch.where(trained, w - server_lr * step, w)
+    return out
