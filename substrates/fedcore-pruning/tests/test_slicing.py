@@ -1,10 +1,18 @@
 """extract / scatter are exact inverses, and the masked full model answers like the sliced one (spec §6 tests 1-2)."""
 import pytest
 import torch
+from fedcore_pruning import (
+    SubmodelSpec,
+    ViTShape,
+    count_parameters,
+    extract,
+    head_rows,
+    masked_forward,
+    scatter,
+    trainable_names,
+)
 
 from fedcore.errors import ConfigError, InvalidUpdateError
-from fedcore_pruning import (SubmodelSpec, ViTShape, count_parameters, extract, head_rows, masked_forward, scatter,
-                             trainable_names)
 
 
 def _specs(shape):

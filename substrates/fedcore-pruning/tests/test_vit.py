@@ -2,10 +2,10 @@
 import attrs
 import pytest
 import torch
+from fedcore_pruning import BlockMasks, PrunableViT, ViTShape
 from timm.models.vision_transformer import VisionTransformer
 
 from fedcore.errors import ConfigError
-from fedcore_pruning import BlockMasks, PrunableViT, ViTShape
 
 
 def _timm_vit(**kw) -> VisionTransformer:

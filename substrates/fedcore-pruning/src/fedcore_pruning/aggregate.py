@@ -63,6 +63,8 @@ def masked_weighted_delta(global_state: Mapping[str, torch.Tensor],
 
     Everything is validated before anything is merged; the inputs are not modified.
     """
+    if not (isinstance(server_lr, (int, float)) and server_lr > 0):
+        raise ConfigError(f"server_lr={server_lr!r} must be a number > 0")
     weights = [1.0] * len(updates_with_masks) if weights is None else [float(w) for w in weights]
     _validate(global_state, updates_with_masks, weights, rule)
     out: TensorDict = {}
@@ -82,8 +84,7 @@ def masked_weighted_delta(global_state: Mapping[str, torch.Tensor],
             factors = [torch.full_like(w, weights[u]) for u in holders]
         else:
             factors = [torch.ones_like(w) for _ in holders]
-        count = torch.zeros_like(w)
-        num, den, plain = torch.zeros_like(w), torch.zeros_like(w), torch.zeros_like(w)
+        num, den, plain, count = (torch.zeros_like(w) for _ in range(4))
         for d, m, a in zip(deltas, masks, factors):
             m = m.to(w.dtype)
             num += m * a * torch.where(m.bool(), d, torch.zeros_like(d))

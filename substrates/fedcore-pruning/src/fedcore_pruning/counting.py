@@ -72,7 +72,7 @@ def _input(model: PrunableViT, batch: int) -> torch.Tensor:
 
 
 def _loss(outputs: list[torch.Tensor]) -> torch.Tensor:
-    return sum(o.float().sum() for o in outputs)
+    return torch.stack([o.float().sum() for o in outputs]).sum()
 
 
 def count_flops(model: PrunableViT, batch: int = 1) -> FlopCount:

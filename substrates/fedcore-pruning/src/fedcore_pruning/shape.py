@@ -6,6 +6,8 @@ ViT of the Co-S2P, FedRolex and HeteroFL papers. ``ViTShape.from_timm`` refuses 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from torch import nn
 
@@ -43,7 +45,7 @@ class ViTShape:
         return (self.img_size // self.patch_size) ** 2 + 1
 
     @classmethod
-    def from_timm(cls, model: nn.Module) -> ViTShape:
+    def from_timm(cls, model: Any) -> ViTShape:
         """The shape of a timm ``VisionTransformer``; other variants get an error naming the feature."""
         from timm.models.vision_transformer import VisionTransformer
 
@@ -59,7 +61,8 @@ class ViTShape:
             "fc_norm": not isinstance(model.fc_norm, nn.Identity),
             "dynamic_img_size": model.dynamic_img_size,
         }
-        block = model.blocks[0]
+        block: Any = model.blocks[0]
+        final_norm: Any = model.norm
         unsupported["init_values (layer scale)"] = not isinstance(block.ls1, nn.Identity)
         unsupported["qkv_bias=False"] = block.attn.qkv.bias is None
         unsupported["qk_norm"] = not isinstance(block.attn.q_norm, nn.Identity)
@@ -72,4 +75,5 @@ class ViTShape:
             raise ConfigError(f"only square images and patches are supported, got img_size={img}, patch_size={patch}")
         return cls(img_size=img[0], patch_size=patch[0], in_chans=model.patch_embed.proj.in_channels,
                    num_classes=model.num_classes, embed_dim=model.embed_dim, depth=len(model.blocks),
-                   num_heads=block.attn.num_heads, mlp_hidden=block.mlp.fc1.out_features, eps=model.norm.eps)
+                   num_heads=int(block.attn.num_heads), mlp_hidden=int(block.mlp.fc1.out_features),
+                   eps=float(final_norm.eps))

@@ -19,6 +19,10 @@ from fedcore_pruning.shape import ViTShape
 IndexSet = tuple[int, ...]
 
 
+def _tuple(value: Sequence) -> tuple:
+    return tuple(value)
+
+
 def _index_set(field: str, value: Sequence[int] | None, size: int) -> IndexSet:
     """``value`` as a sorted tuple of distinct indices in ``[0, size)``; ``None`` means all of them."""
     if value is None:
@@ -60,9 +64,9 @@ class SubmodelSpec:
     shape: ViTShape = attrs.field(validator=attrs.validators.instance_of(ViTShape))
     window_start: int = setting(0, low=0, help="first trainable block; blocks below it are the frozen prefix")
     window_length: int = setting(1, low=1, help="number of consecutive trainable blocks")
-    blocks: tuple[BlockKeep, ...] = attrs.field(converter=tuple)
-    classes: IndexSet = attrs.field(converter=tuple)  # output rows of the classifier and of the exits
-    exits: IndexSet = attrs.field(converter=tuple)  # depths (1-based block counts) with an early-exit head
+    blocks: tuple[BlockKeep, ...] = attrs.field(converter=_tuple)
+    classes: IndexSet = attrs.field(converter=_tuple)  # output rows of the classifier and of the exits
+    exits: IndexSet = attrs.field(converter=_tuple)  # depths (1-based block counts) with an early-exit head
     head: bool = setting(True, help="include the global final norm and head (only at full depth)")
 
     def __attrs_post_init__(self) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedcore.errors import ConfigError
 from fedcore_pruning.shape import ViTShape
 from fedcore_pruning.spec import BlockKeep, SubmodelSpec
 
@@ -45,6 +46,8 @@ def _zero_pad(y: torch.Tensor, index: torch.Tensor | None, size: int) -> torch.T
 class PrunableAttention(nn.Module):
     """Multi-head self-attention over ``len(heads)`` heads of width ``head_dim`` (scale stays head_dim**-0.5)."""
 
+    out_index: torch.Tensor | None
+
     def __init__(self, dim: int, num_heads: int, head_dim: int, out_rows: tuple[int, ...]) -> None:
         super().__init__()
         self.num_heads, self.head_dim, self.dim = num_heads, head_dim, dim
@@ -56,7 +59,10 @@ class PrunableAttention(nn.Module):
                 out: torch.Tensor | None = None) -> torch.Tensor:
         B, N, _ = x.shape
         h, hd = self.num_heads, self.head_dim
-        qkv_w, qkv_b, proj_w, proj_b = self.qkv.weight, self.qkv.bias, self.proj.weight, self.proj.bias
+        qkv_w: torch.Tensor = self.qkv.weight
+        qkv_b: torch.Tensor = self.qkv.bias
+        proj_w: torch.Tensor = self.proj.weight
+        proj_b: torch.Tensor = self.proj.bias
         if heads is not None:
             cols = heads.repeat_interleave(hd)
             rows = cols.repeat(3)
@@ -73,6 +79,8 @@ class PrunableAttention(nn.Module):
 class PrunableMlp(nn.Module):
     """fc1 -> GELU -> fc2 over ``hidden`` units, output rows zero-padded back to ``dim``."""
 
+    out_index: torch.Tensor | None
+
     def __init__(self, dim: int, hidden: int, out_rows: tuple[int, ...]) -> None:
         super().__init__()
         self.dim = dim
@@ -83,7 +91,10 @@ class PrunableMlp(nn.Module):
 
     def forward(self, x: torch.Tensor, hidden: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
-        fc1_w, fc1_b, fc2_w, fc2_b = self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias
+        fc1_w: torch.Tensor = self.fc1.weight
+        fc1_b: torch.Tensor = self.fc1.bias
+        fc2_w: torch.Tensor = self.fc2.weight
+        fc2_b: torch.Tensor = self.fc2.bias
         if hidden is not None:
             fc1_w, fc1_b, fc2_w = fc1_w * hidden[:, None], fc1_b * hidden, fc2_w * hidden[None, :]
         if out is not None:
@@ -121,6 +132,17 @@ class Exit(nn.Module):
         return self.head(self.norm(tokens[:, 0]))
 
 
+class PatchEmbed(nn.Module):
+    """Non-overlapping patches by a strided convolution (timm's ``patch_embed.proj``)."""
+
+    def __init__(self, shape: ViTShape) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(shape.in_chans, shape.embed_dim, kernel_size=shape.patch_size, stride=shape.patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
 class PrunableViT(nn.Module):
     """The submodel of ``spec`` (the full model when ``spec`` is None), with timm's parameter names.
 
@@ -129,15 +151,17 @@ class PrunableViT(nn.Module):
     Logits cover ``spec.classes`` in that order.
     """
 
+    norm: nn.LayerNorm  # final norm and head: present only when ``spec.head``
+    head: nn.Linear
+
     def __init__(self, shape: ViTShape, spec: SubmodelSpec | None = None) -> None:
         super().__init__()
         spec = SubmodelSpec.full(shape) if spec is None else spec
         if spec.shape is not shape and attrs.asdict(spec.shape) != attrs.asdict(shape):
-            raise ValueError(f"spec was built for {spec.shape}, not {shape}")
+            raise ConfigError(f"spec was built for {spec.shape}, not {shape}")
         self.shape, self.spec = shape, spec
         d = shape.embed_dim
-        self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(shape.in_chans, d, kernel_size=shape.patch_size, stride=shape.patch_size)
+        self.patch_embed = PatchEmbed(shape)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
         self.pos_embed = nn.Parameter(torch.randn(1, shape.num_tokens, d) * 0.02)
         self.blocks = nn.ModuleList(PrunableBlock(shape, keep) for keep in spec.blocks)
@@ -174,7 +198,7 @@ class PrunableViT(nn.Module):
         return names
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)
+        x = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return x + self.pos_embed
 
