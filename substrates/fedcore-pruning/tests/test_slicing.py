@@ -122,3 +122,13 @@ def test_extract_refuses_a_global_model_of_another_shape(full, shape):
         extract(full, SubmodelSpec.full(other))
     with pytest.raises(ConfigError, match="lacks"):
         extract({"cls_token": full.cls_token}, SubmodelSpec.full(shape))
+
+
+def test_extract_keeps_the_global_dtype_and_masked_forward_follows_it(full, shape, images):
+    spec = _specs(shape)["window+exits+rows"]
+    double = full.double()
+    sub = extract(double, spec)
+    assert all(p.dtype == torch.float64 for p in sub.parameters())
+    with torch.no_grad():
+        for a, b in zip(sub.forward_all(images.double()), masked_forward(double, spec, images.double())):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

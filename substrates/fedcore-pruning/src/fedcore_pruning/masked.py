@@ -13,17 +13,19 @@ from fedcore_pruning.spec import SubmodelSpec
 from fedcore_pruning.vit import BlockMasks, PrunableViT
 
 
-def _indicator(kept: tuple[int, ...], size: int) -> torch.Tensor:
-    m = torch.zeros(size)
+def _indicator(kept: tuple[int, ...], size: int, like: torch.Tensor | None) -> torch.Tensor:
+    m = torch.zeros(size) if like is None else like.new_zeros(size)
     m[list(kept)] = 1.0
     return m
 
 
-def binary_masks(spec: SubmodelSpec) -> list[BlockMasks]:
-    """One ``BlockMasks`` of 0/1 values per kept block, in the full model's coordinates."""
+def binary_masks(spec: SubmodelSpec, like: torch.Tensor | None = None) -> list[BlockMasks]:
+    """One ``BlockMasks`` of 0/1 values per kept block, in the full model's coordinates (dtype and device of
+    ``like`` when given)."""
     s = spec.shape
-    return [BlockMasks(heads=_indicator(k.heads, s.num_heads), hidden=_indicator(k.hidden, s.mlp_hidden),
-                       attn_out=_indicator(k.attn_out, s.embed_dim), mlp_out=_indicator(k.mlp_out, s.embed_dim))
+    return [BlockMasks(heads=_indicator(k.heads, s.num_heads, like), hidden=_indicator(k.hidden, s.mlp_hidden, like),
+                       attn_out=_indicator(k.attn_out, s.embed_dim, like),
+                       mlp_out=_indicator(k.mlp_out, s.embed_dim, like))
             for k in spec.blocks]
 
 
@@ -37,8 +39,8 @@ def masked_forward(model: PrunableViT, spec: SubmodelSpec, x: torch.Tensor) -> l
         raise ConfigError("masked_forward needs the full model (every block at full width)")
     if not hasattr(model, "head"):
         raise ConfigError("masked_forward needs the full model's final norm and head")
-    classes = torch.tensor(spec.classes, dtype=torch.long)
-    masks = binary_masks(spec)
+    classes = torch.tensor(spec.classes, dtype=torch.long, device=x.device)
+    masks = binary_masks(spec, like=model.cls_token)
     outputs = []
     h = model.embed(x)
     for b in range(spec.kept_depth):

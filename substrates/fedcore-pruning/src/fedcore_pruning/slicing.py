@@ -56,11 +56,11 @@ def index_map(spec: SubmodelSpec) -> dict[str, Index]:
 def _take(t: torch.Tensor, index: Index) -> torch.Tensor:
     for dim, idx in enumerate(index):
         if idx is not None:
-            t = t.index_select(dim, idx)
+            t = t.index_select(dim, idx.to(t.device))
     return t
 
 
-def _selector(index: Index, ndim: int) -> tuple:
+def _selector(index: Index, ndim: int, device: torch.device) -> tuple:
     """An advanced-indexing key that addresses the kept block of a tensor (open mesh, like numpy.ix_)."""
     key: list = []
     n_index = len([i for i in index if i is not None])
@@ -72,7 +72,7 @@ def _selector(index: Index, ndim: int) -> tuple:
         else:
             shape = [1] * n_index
             shape[seen] = -1
-            key.append(idx.view(shape))
+            key.append(idx.to(device).view(shape))
             seen += 1
     return tuple(key)
 
@@ -108,7 +108,8 @@ def extract(model: nn.Module | Mapping[str, torch.Tensor], spec: SubmodelSpec) -
     missing = [name for name in imap if name not in state]
     if missing:
         raise ConfigError(f"the global model lacks {len(missing)} tensor(s) the spec needs, e.g. {missing[:3]}")
-    sub = PrunableViT(spec.shape, spec)
+    ref = state["cls_token"]
+    sub = PrunableViT(spec.shape, spec).to(device=ref.device, dtype=ref.dtype)
     sub_state = {name: _take(state[name], index).clone() for name, index in imap.items()}
     classes = _rows(spec.classes, spec.shape.num_classes)
     for depth in spec.exits:
@@ -150,9 +151,9 @@ def scatter(sub_state: Mapping[str, torch.Tensor], spec: SubmodelSpec, *,
     state = {name: t.clone() for name, t in into.items()}
     written = {}
     for name in names:
-        key = _selector(imap[name], state[name].dim())
+        key = _selector(imap[name], state[name].dim(), state[name].device)
         state[name][key] = sub_state[name].to(state[name].dtype)
-        mask = torch.zeros(state[name].shape, dtype=torch.bool)
+        mask = torch.zeros(state[name].shape, dtype=torch.bool, device=state[name].device)
         mask[key] = True
         written[name] = mask
     return state, written
