@@ -1,7 +1,7 @@
 """masked_weighted_delta: the element-wise merge of Eq. 5, FedRolex and HeteroFL (spec §6 test 7)."""
 import pytest
 import torch
-from fedcore_pruning import extract, fedrolex_spec, masked_weighted_delta, scatter
+from fedcore_pruning import SubmodelSpec, extract, fedrolex_spec, masked_delta, masked_weighted_delta, scatter
 
 from fedcore.errors import ConfigError, InvalidUpdateError
 
@@ -71,7 +71,7 @@ def test_fedrolex_round_end_to_end(full, shape):
     (lambda d, m: d.update(a=B([float("nan"), 0, 0, 0])), InvalidUpdateError, "NaN"),
     (lambda d, m: (d.update(b=torch.zeros(4)), m.update(b=torch.ones(4, dtype=torch.bool))),
      InvalidUpdateError, "tensor b is not in the global state"),
-    (lambda d, m: m.pop("a"), InvalidUpdateError, "delta and mask name different tensors"),
+    (lambda d, m: (d.pop("a"), d.update(c=torch.zeros(4))), InvalidUpdateError, "mask names tensors the delta lacks"),
 ])
 def test_bad_updates_are_refused_and_nothing_is_merged(break_it, error, message):
     w, updates = _two_clients()
@@ -91,3 +91,25 @@ def test_bad_settings_are_refused():
         masked_weighted_delta(w, updates, [1.0, -2.0], rule="samples")
     with pytest.raises(ConfigError, match="returned 1 weights for 2 updates"):
         masked_weighted_delta(w, updates, rule=lambda *a: [torch.ones(4)])
+
+
+def test_a_trained_window_comes_back_exactly_and_the_frozen_prefix_does_not_dilute(full, shape, images):
+    spec = SubmodelSpec.build(shape, window_start=1, window_length=2, heads=[[0, 1], [1, 2], [3]], exits=[3])
+    sub = extract(full, spec).train()
+    start = {k: v.clone() for k, v in sub.state_dict().items()}
+    opt = torch.optim.SGD([p for p in sub.parameters() if p.requires_grad], lr=0.5)
+    torch.nn.functional.cross_entropy(sub(images), torch.tensor([0, 1, 2])).backward()
+    opt.step()
+    delta, mask = masked_delta(start, sub.state_dict(), spec, full.state_dict())
+    assert set(mask) == {k for k in full.state_dict() if k.startswith(("blocks.1.", "blocks.2."))}
+    # a second client whose frozen prefix covers block 1: its prefix must not enter the merge of block 1
+    other = SubmodelSpec.build(shape, window_start=2, window_length=1, exits=[3])
+    unchanged = extract(full, other).state_dict()
+    updates = [(delta, mask), masked_delta(unchanged, unchanged, other, full.state_dict())]
+    merged = masked_weighted_delta(full.state_dict(), updates)
+    block1 = [name for name in mask if name.startswith("blocks.1.")]
+    for name in block1:
+        torch.testing.assert_close(merged[name], full.state_dict()[name] - delta[name], atol=0, rtol=0)
+    full.load_state_dict(merged)
+    torch.testing.assert_close(extract(full, spec).blocks[1].attn.qkv.weight, sub.blocks[1].attn.qkv.weight,
+                               atol=1e-6, rtol=0)

@@ -1,7 +1,7 @@
 """fedcore-pruning: structured submodels of a timm-named ViT (rolling depth window, kept heads and hidden
 units, output rows, exits), their physical extraction and exact scattering, a masked forward equal to
 the sliced one, cost counters, FedRolex/HeteroFL index rules and the masked weighted-delta merge."""
-from fedcore_pruning.aggregate import masked_weighted_delta
+from fedcore_pruning.aggregate import masked_delta, masked_weighted_delta
 from fedcore_pruning.counting import (
                                       OPTIMIZER_STATES,
                                       FlopCount,
@@ -37,6 +37,6 @@ __all__ = [
     "OPTIMIZER_STATES", "BlockKeep", "BlockMasks", "FlopCount", "MemoryEstimate", "ParameterCount", "PrunableViT",
     "SubmodelSpec", "ViTShape", "activation_bytes", "binary_masks", "count_flops", "count_parameters", "extract",
     "fedrolex_spec", "head_rows", "heterofl_spec", "index_map", "kept_count", "masked_forward",
-    "masked_weighted_delta", "prefix_indices", "rolling_indices", "rolling_window_start", "scatter",
+    "masked_delta", "masked_weighted_delta", "prefix_indices", "rolling_indices", "rolling_window_start", "scatter",
     "trainable_names", "training_memory", "width_spec",
 ]

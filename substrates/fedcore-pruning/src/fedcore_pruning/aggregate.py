@@ -4,8 +4,9 @@ For every element e of every global tensor::
 
     w'(e) = w(e) - server_lr * sum_u m_u(e) a_u(e) Δ_u(e) / sum_u m_u(e) a_u(e)
 
-with Δ_u = w_start - w_end in global coordinates (``scatter`` of the submodel delta into zeros) and
-m_u the element mask ``scatter`` returns. Elements no client trained keep their value. The weight
+with Δ_u = w_start - w_end in global coordinates and m_u its element mask (``masked_delta`` builds both
+from a client's submodel before and after training). Tensors an update has no mask for, and elements
+its mask leaves False, count as not trained by that client; elements no client trained keep their value. The weight
 rule a_u is a setting:
 
 * ``"uniform"``: a_u = 1, the per-element count average of FedRolex and HeteroFL;
@@ -23,6 +24,8 @@ import torch
 
 from fedcore.errors import ConfigError, InvalidUpdateError
 from fedcore.types import TensorDict
+from fedcore_pruning.slicing import scatter, trainable_names
+from fedcore_pruning.spec import SubmodelSpec
 
 WeightRule = Callable[[str, torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[float]], Sequence[torch.Tensor]]
 RULES = ("uniform", "samples")
@@ -39,10 +42,10 @@ def _validate(global_state: Mapping[str, torch.Tensor],
     if bad:
         raise ConfigError(f"weights must be finite and >= 0, got {bad}")
     for u, (delta, mask) in enumerate(updates):
-        if set(delta) != set(mask):
-            raise InvalidUpdateError(f"update {u}: delta and mask name different tensors: "
-                                     f"{sorted(set(delta) ^ set(mask))[:5]}")
-        for name, d in delta.items():
+        if not set(mask) <= set(delta):
+            raise InvalidUpdateError(f"update {u}: mask names tensors the delta lacks: {sorted(set(mask) - set(delta))[:5]}")
+        for name in mask:
+            d = delta[name]
             if name not in global_state:
                 raise InvalidUpdateError(f"update {u}: tensor {name} is not in the global state")
             if d.shape != global_state[name].shape or mask[name].shape != global_state[name].shape:
@@ -53,6 +56,20 @@ def _validate(global_state: Mapping[str, torch.Tensor],
                 raise InvalidUpdateError(f"update {u}: mask of {name} has dtype {mask[name].dtype}; expected bool")
             if not torch.isfinite(d[mask[name]]).all():
                 raise InvalidUpdateError(f"update {u}: tensor {name} has NaN or Inf in its trained elements")
+
+
+def masked_delta(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor], spec: SubmodelSpec,
+                 global_state: Mapping[str, torch.Tensor]) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+    """A client's update in global coordinates: ``(Δ, mask)`` with Δ = start - end on the tensors it trains.
+
+    ``start`` and ``end`` are the submodel's state dicts before and after local training. Only
+    ``trainable_names(spec)`` enter, so the frozen prefix (Δ = 0 by construction) does not dilute the merge.
+    """
+    names = trainable_names(spec)
+    delta = {name: start[name] - end[name] for name in end if name in names}
+    zeros = {name: torch.zeros_like(global_state[name]) for name in names if name in global_state}
+    full, mask = scatter(delta, spec, into=zeros)
+    return {name: full[name] for name in mask}, mask
 
 
 def masked_weighted_delta(global_state: Mapping[str, torch.Tensor],
@@ -69,7 +86,7 @@ def masked_weighted_delta(global_state: Mapping[str, torch.Tensor],
     _validate(global_state, updates_with_masks, weights, rule)
     out: TensorDict = {}
     for name, w in global_state.items():
-        holders = [u for u, (delta, _) in enumerate(updates_with_masks) if name in delta]
+        holders = [u for u, (_, mask) in enumerate(updates_with_masks) if name in mask]
         if not holders or not w.is_floating_point():
             out[name] = w.clone()
             continue
