@@ -36,7 +36,7 @@ from fedcore_pruning.vit import BlockMasks, PrunableViT
 __all__ = [
     "OPTIMIZER_STATES", "BlockKeep", "BlockMasks", "FlopCount", "MemoryEstimate", "ParameterCount", "PrunableViT",
     "SubmodelSpec", "ViTShape", "activation_bytes", "binary_masks", "count_flops", "count_parameters", "extract",
-    "fedrolex_spec", "head_rows", "heterofl_spec", "index_map", "kept_count", "masked_forward",
-    "masked_delta", "masked_weighted_delta", "prefix_indices", "rolling_indices", "rolling_window_start", "scatter",
+    "fedrolex_spec", "head_rows", "heterofl_spec", "index_map", "kept_count", "masked_delta", "masked_forward",
+    "masked_weighted_delta", "prefix_indices", "rolling_indices", "rolling_window_start", "scatter",
     "trainable_names", "training_memory", "width_spec",
 ]
