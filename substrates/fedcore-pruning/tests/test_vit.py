@@ -2,7 +2,7 @@
 import attrs
 import pytest
 import torch
-from fedcore_pruning import BlockMasks, PrunableViT, ViTShape
+from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, ViTShape, extract
 from timm.models.vision_transformer import VisionTransformer
 
 from fedcore.errors import ConfigError
@@ -58,6 +58,20 @@ def test_unit_masks_change_nothing_and_pass_gradients(full, images):
     assert all(m.heads.grad is not None and m.heads.grad.abs().sum() > 0 for m in ones)
 
 
-def test_masks_must_cover_every_block(full, images):
-    with pytest.raises(ValueError, match="masks has 2 entries; this model holds 4 blocks"):
+def test_masks_must_cover_every_block_with_the_right_shape(full, images):
+    with pytest.raises(ConfigError, match="masks has 2 entries; this model holds 4 blocks"):
         full(images, [None, None])
+    with pytest.raises(ConfigError, match=r"block 2 mask hidden has shape \(63,\); .* must have shape \(64,\)"):
+        full(images, [None, None, BlockMasks(hidden=torch.ones(63)), None])
+
+
+def test_prefix_masks_that_require_grad_get_gradients_while_prefix_weights_stay_frozen(full, shape, images):
+    spec = SubmodelSpec.build(shape, window_start=2, window_length=1, exits=[3])
+    sub = extract(full, spec)
+    masks = [BlockMasks(heads=torch.ones(4, requires_grad=True)) for _ in range(3)]
+    sub(images, masks).sum().backward()
+    assert all(m.heads.grad is not None and m.heads.grad.abs().sum() > 0 for m in masks)
+    assert all(p.grad is None for n, p in sub.named_parameters() if n.startswith(("blocks.0.", "blocks.1.")))
+    plain = extract(full, spec)
+    plain(images, [BlockMasks(heads=torch.ones(4))] * 3).sum().backward()
+    assert all(p.grad is None for n, p in plain.named_parameters() if n.startswith(("blocks.0.", "blocks.1.")))

@@ -32,6 +32,13 @@ class BlockMasks:
     attn_out: torch.Tensor | None = None
     mlp_out: torch.Tensor | None = None
 
+    def parts(self) -> dict[str, torch.Tensor]:
+        return {name: t for name in ("heads", "hidden", "attn_out", "mlp_out") if (t := getattr(self, name)) is not None}
+
+    @property
+    def requires_grad(self) -> bool:
+        return any(t.requires_grad for t in self.parts().values())
+
 
 def _padding_index(kept: tuple[int, ...], size: int) -> torch.Tensor | None:
     return None if len(kept) == size else torch.tensor(kept, dtype=torch.long)
@@ -113,6 +120,14 @@ class PrunableBlock(nn.Module):
         self.attn = PrunableAttention(d, len(keep.heads), shape.head_dim, keep.attn_out)
         self.norm2 = nn.LayerNorm(d, eps=shape.eps)
         self.mlp = PrunableMlp(d, len(keep.hidden), keep.mlp_out)
+
+    def check_masks(self, masks: BlockMasks, block: int) -> None:
+        sizes = {"heads": self.attn.num_heads, "hidden": self.mlp.fc1.out_features,
+                 "attn_out": self.attn.proj.out_features, "mlp_out": self.mlp.fc2.out_features}
+        for name, t in masks.parts().items():
+            if t.shape != (sizes[name],):
+                raise ConfigError(f"block {block} mask {name} has shape {tuple(t.shape)}; this block holds "
+                                  f"{sizes[name]} {name}, so the mask must have shape ({sizes[name]},)")
 
     def forward(self, x: torch.Tensor, masks: BlockMasks | None = None) -> torch.Tensor:
         m = masks or BlockMasks()
@@ -203,16 +218,27 @@ class PrunableViT(nn.Module):
         return x + self.pos_embed
 
     def forward_all(self, x: torch.Tensor, masks: list[BlockMasks | None] | None = None) -> list[torch.Tensor]:
-        """Logits of every exit in depth order, then of the head; ``masks`` has one entry per held block."""
+        """Logits of every exit in depth order, then of the head; ``masks`` has one entry per held block.
+
+        The frozen prefix runs under ``no_grad`` unless its masks require gradients (Co-S2P's mask phase
+        learns masks for the prefix too, with every weight frozen).
+        """
         if masks is not None and len(masks) != len(self.blocks):
-            raise ValueError(f"masks has {len(masks)} entries; this model holds {len(self.blocks)} blocks")
+            raise ConfigError(f"masks has {len(masks)} entries; this model holds {len(self.blocks)} blocks")
+        per_block = [None] * len(self.blocks) if masks is None else list(masks)
+        for b, (block, m) in enumerate(zip(self.blocks, per_block)):
+            if m is not None:
+                assert isinstance(block, PrunableBlock)
+                block.check_masks(m, b)
         start = self.spec.window_start
         outputs = []
         with torch.no_grad() if start > 0 else nullcontext():
             x = self.embed(x)
         for b, block in enumerate(self.blocks):
-            with torch.no_grad() if b < start else nullcontext():
-                x = block(x, None if masks is None else masks[b])
+            m = per_block[b]
+            frozen = b < start and not (m is not None and m.requires_grad)
+            with torch.no_grad() if frozen else nullcontext():
+                x = block(x, m)
             if str(b + 1) in self.exits:
                 outputs.append(self.exits[str(b + 1)](x))
         if self.spec.head:
