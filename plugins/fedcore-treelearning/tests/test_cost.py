@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
-from fedcore_treelearning import SplitProblem, tree_time
 
 from fedcore.errors import ConfigError
 from fedcore.runtime import ResourceError
+from fedcore_treelearning import SplitProblem, tree_time
 
 
 def golden() -> SplitProblem:

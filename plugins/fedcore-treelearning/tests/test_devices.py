@@ -4,15 +4,15 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
+
+from fedcore.errors import ConfigError
+from fedcore.runtime import DeviceProfile, ResourceError, presets
 from fedcore_treelearning import (
     SplitProblem,
     branch_and_bound,
     exhaustive,
     profile_model,
 )
-
-from fedcore.errors import ConfigError
-from fedcore.runtime import DeviceProfile, ResourceError, presets
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 import timm
-import torch
-from fedcore_treelearning import partition_units, profile_model
 from timm.models.resnet import BasicBlock, ResNet
+import torch
 from torch import nn
 
 from fedcore.errors import ConfigError
+from fedcore_treelearning import partition_units, profile_model
 
 
 def micro_vit(embed_dim: int = 32, depth: int = 3) -> nn.Module:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedcore_treelearning import SplitProblem, branch_and_bound, exhaustive, tree_time
 
 from fedcore.errors import ConfigError
+from fedcore_treelearning import SplitProblem, branch_and_bound, exhaustive, tree_time
 
 CLIENT_COUNTS = (1, 2, 3, 4, 5, 6)
 MAX_ASSIGNMENTS = 1500  # keeps the exhaustive reference fast

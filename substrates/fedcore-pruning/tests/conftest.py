@@ -1,6 +1,7 @@
 """Micro shapes shared by the substrate tests (width 32, depth 3-4, 8x8 inputs)."""
 import pytest
 import torch
+
 from fedcore_pruning import PrunableViT, ViTShape
 
 

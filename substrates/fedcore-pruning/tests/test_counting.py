@@ -1,6 +1,9 @@
 """Parameter, FLOP and training-memory counters, checked against hand formulas and the real optimizer."""
 import pytest
+from timm.optim import Adan
 import torch
+
+from fedcore.errors import ConfigError
 from fedcore_pruning import (
     OPTIMIZER_STATES,
     SubmodelSpec,
@@ -10,9 +13,6 @@ from fedcore_pruning import (
     extract,
     training_memory,
 )
-from timm.optim import Adan
-
-from fedcore.errors import ConfigError
 
 
 def _block_params(d, heads, hd, hidden, attn_out, mlp_out):

@@ -2,6 +2,8 @@
 from collections import Counter
 
 import pytest
+
+from fedcore.errors import ConfigError
 from fedcore_pruning import (
     count_parameters,
     extract,
@@ -12,8 +14,6 @@ from fedcore_pruning import (
     rolling_indices,
     rolling_window_start,
 )
-
-from fedcore.errors import ConfigError
 
 
 def test_rolling_indices_wrap_and_cover_every_unit_equally():

@@ -1,6 +1,8 @@
 """extract / scatter are exact inverses, and the masked full model answers like the sliced one (spec §6 tests 1-2)."""
 import pytest
 import torch
+
+from fedcore.errors import ConfigError
 from fedcore_pruning import (
     SubmodelSpec,
     ViTShape,
@@ -11,8 +13,7 @@ from fedcore_pruning import (
     scatter,
     trainable_names,
 )
-
-from fedcore.errors import ConfigError, InvalidUpdateError
+from fedcore_pruning.errors import SubmodelMismatchError
 
 
 def _specs(shape):
@@ -106,11 +107,11 @@ def test_scatter_refuses_mismatched_updates_and_writes_nothing(full, shape):
     global_state = full.state_dict()
     before = {k: v.clone() for k, v in global_state.items()}
     wrong_spec = _specs(shape)["full"]
-    with pytest.raises(InvalidUpdateError, match="blocks.0.attn.qkv.weight has shape \\(48, 32\\); .* needs \\(96, 32\\)"):
+    with pytest.raises(SubmodelMismatchError, match="blocks.0.attn.qkv.weight has shape \\(48, 32\\); .* needs \\(96, 32\\)"):
         scatter(sub_state, wrong_spec, into=global_state)
-    with pytest.raises(InvalidUpdateError, match="does not hold"):
+    with pytest.raises(SubmodelMismatchError, match="does not hold"):
         scatter(sub_state | {"blocks.9.mlp.fc1.bias": torch.zeros(3)}, spec, into=global_state)
-    with pytest.raises(InvalidUpdateError, match="no counterpart"):
+    with pytest.raises(SubmodelMismatchError, match="no counterpart"):
         scatter(sub_state, spec, into={k: v for k, v in global_state.items() if k != "head.bias"})
     assert all(torch.equal(before[k], global_state[k]) for k in before)
 

@@ -1,8 +1,8 @@
 """SubmodelSpec validation: every bad input gets one clear error."""
 import pytest
-from fedcore_pruning import SubmodelSpec
 
 from fedcore.errors import ConfigError
+from fedcore_pruning import SubmodelSpec
 
 
 def test_full_spec_keeps_everything(shape):

@@ -1,11 +1,11 @@
 """PrunableViT holds timm VisionTransformer weights and answers like it."""
 import attrs
 import pytest
-import torch
-from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, ViTShape, extract
 from timm.models.vision_transformer import VisionTransformer
+import torch
 
 from fedcore.errors import ConfigError
+from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, ViTShape, extract
 
 
 def _timm_vit(**kw) -> VisionTransformer:

@@ -19,9 +19,9 @@ n_k = number of clients merged by layer k (the thesis uses a constant Q^k).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 import math
 import numbers
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -36,14 +36,16 @@ def _positive_floats(instance: object, attribute: attrs.Attribute, value: tuple[
     bad = [(i, v) for i, v in enumerate(value) if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
     if bad:
         i, v = bad[0]
-        raise ConfigError(f"{type(instance).__name__}.{attribute.name}[{i}]={v!r}: every entry must be a finite number > 0")
+        raise ConfigError(f"{type(instance).__name__}.{attribute.name}[{i}]={v!r}: "
+                          f"every entry must be a finite number > 0")
 
 
 def _non_negative_floats(instance: object, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
     bad = [(i, v) for i, v in enumerate(value) if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0)]
     if bad:
         i, v = bad[0]
-        raise ConfigError(f"{type(instance).__name__}.{attribute.name}[{i}]={v!r}: every entry must be a finite number >= 0")
+        raise ConfigError(f"{type(instance).__name__}.{attribute.name}[{i}]={v!r}: "
+                          f"every entry must be a finite number >= 0")
 
 
 def _optional_tuple(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
@@ -156,7 +158,8 @@ def tree_time(problem: SplitProblem, splits: Sequence[int], *, clients: Sequence
     """
     clients = range(problem.n_clients) if clients is None else clients
     if len(splits) != len(clients):
-        raise ConfigError(f"{len(splits)} split(s) given for {len(clients)} client(s); give one split per client (Eq. 3.6)")
+        raise ConfigError(f"{len(splits)} split(s) given for {len(clients)} client(s); "
+                          f"give one split per client (Eq. 3.6)")
     if len(splits) == 0:
         return 0.0
     n = problem.n_layers

@@ -9,8 +9,8 @@ torch's FLOP registry; its formula is added here so ViT blocks are counted in fu
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
+import copy
 from typing import Any
 
 import attrs

@@ -9,9 +9,9 @@ order, incumbent = the warm start if given and feasible, else the best common sp
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 import itertools
 import math
-from collections.abc import Sequence
 
 import attrs
 

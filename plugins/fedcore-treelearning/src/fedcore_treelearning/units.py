@@ -114,5 +114,6 @@ def _check_every_parameter_in_one_unit(model: nn.Module, units: tuple[tuple[str,
     missing = [name for name, p in model.named_parameters() if id(p) not in set(owned)]
     if missing or len(owned) != len(set(owned)):
         raise ConfigError(f"cannot cut this {type(model).__qualname__} into units: parameters "
-                          f"{missing[:5] or 'shared between units'} belong to no unit; supported: {', '.join(SUPPORTED)}"
+                          f"{missing[:5] or 'shared between units'} belong to no unit; "
+                          f"supported: {', '.join(SUPPORTED)}"
                           f" (or pass the units as a list)")

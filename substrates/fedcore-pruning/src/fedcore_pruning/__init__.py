@@ -3,38 +3,40 @@ units, output rows, exits), their physical extraction and exact scattering, a ma
 the sliced one, cost counters, FedRolex/HeteroFL index rules and the masked weighted-delta merge."""
 from fedcore_pruning.aggregate import masked_delta, masked_weighted_delta
 from fedcore_pruning.counting import (
-                                      OPTIMIZER_STATES,
-                                      FlopCount,
-                                      MemoryEstimate,
-                                      ParameterCount,
-                                      activation_bytes,
-                                      count_flops,
-                                      count_parameters,
-                                      training_memory,
+    OPTIMIZER_STATES,
+    FlopCount,
+    MemoryEstimate,
+    ParameterCount,
+    activation_bytes,
+    count_flops,
+    count_parameters,
+    training_memory,
 )
+from fedcore_pruning.errors import SubmodelMismatchError
 from fedcore_pruning.masked import binary_masks, masked_forward
 from fedcore_pruning.rules import (
-                                      fedrolex_spec,
-                                      heterofl_spec,
-                                      kept_count,
-                                      prefix_indices,
-                                      rolling_indices,
-                                      rolling_window_start,
-                                      width_spec,
+    fedrolex_spec,
+    heterofl_spec,
+    kept_count,
+    prefix_indices,
+    rolling_indices,
+    rolling_window_start,
+    width_spec,
 )
 from fedcore_pruning.shape import ViTShape
 from fedcore_pruning.slicing import (
-                                      extract,
-                                      head_rows,
-                                      index_map,
-                                      scatter,
-                                      trainable_names,
+    extract,
+    head_rows,
+    index_map,
+    scatter,
+    trainable_names,
 )
 from fedcore_pruning.spec import BlockKeep, SubmodelSpec
 from fedcore_pruning.vit import BlockMasks, PrunableViT
 
 __all__ = [
-    "OPTIMIZER_STATES", "BlockKeep", "BlockMasks", "FlopCount", "MemoryEstimate", "ParameterCount", "PrunableViT",
+    "OPTIMIZER_STATES", "SubmodelMismatchError",
+    "BlockKeep", "BlockMasks", "FlopCount", "MemoryEstimate", "ParameterCount", "PrunableViT",
     "SubmodelSpec", "ViTShape", "activation_bytes", "binary_masks", "count_flops", "count_parameters", "extract",
     "fedrolex_spec", "head_rows", "heterofl_spec", "index_map", "kept_count", "masked_delta", "masked_forward",
     "masked_weighted_delta", "prefix_indices", "rolling_indices", "rolling_window_start", "scatter",

@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from fedcore.errors import ConfigError, InvalidUpdateError
+from fedcore.errors import ConfigError
 from fedcore.types import TensorDict
+from fedcore_pruning.errors import SubmodelMismatchError
 from fedcore_pruning.slicing import scatter, trainable_names
 from fedcore_pruning.spec import SubmodelSpec
 
@@ -43,19 +44,20 @@ def _validate(global_state: Mapping[str, torch.Tensor],
         raise ConfigError(f"weights must be finite and >= 0, got {bad}")
     for u, (delta, mask) in enumerate(updates):
         if not set(mask) <= set(delta):
-            raise InvalidUpdateError(f"update {u}: mask names tensors the delta lacks: {sorted(set(mask) - set(delta))[:5]}")
+            lacking = sorted(set(mask) - set(delta))[:5]
+            raise SubmodelMismatchError(f"update {u}: mask names tensors the delta lacks: {lacking}")
         for name in mask:
             d = delta[name]
             if name not in global_state:
-                raise InvalidUpdateError(f"update {u}: tensor {name} is not in the global state")
+                raise SubmodelMismatchError(f"update {u}: tensor {name} is not in the global state")
             if d.shape != global_state[name].shape or mask[name].shape != global_state[name].shape:
-                raise InvalidUpdateError(
+                raise SubmodelMismatchError(
                     f"update {u}: tensor {name} has delta {tuple(d.shape)} / mask {tuple(mask[name].shape)}; the "
                     f"global tensor is {tuple(global_state[name].shape)} (scatter the submodel delta first)")
             if mask[name].dtype != torch.bool:
-                raise InvalidUpdateError(f"update {u}: mask of {name} has dtype {mask[name].dtype}; expected bool")
+                raise SubmodelMismatchError(f"update {u}: mask of {name} has dtype {mask[name].dtype}; expected bool")
             if not torch.isfinite(d[mask[name]]).all():
-                raise InvalidUpdateError(f"update {u}: tensor {name} has NaN or Inf in its trained elements")
+                raise SubmodelMismatchError(f"update {u}: tensor {name} has NaN or Inf in its trained elements")
 
 
 def masked_delta(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor], spec: SubmodelSpec,

@@ -10,8 +10,8 @@ stream stays ``embed_dim`` wide (embedding-dimension pruning is planned, see the
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+import math
 
 from fedcore.errors import ConfigError
 from fedcore_pruning.shape import ViTShape

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from fedcore.errors import ConfigError, InvalidUpdateError
+from fedcore.errors import ConfigError
 from fedcore.types import TensorDict
+from fedcore_pruning.errors import SubmodelMismatchError
 from fedcore_pruning.spec import SubmodelSpec
 from fedcore_pruning.vit import PrunableViT
 
@@ -41,7 +42,8 @@ def index_map(spec: SubmodelSpec) -> dict[str, Index]:
         full_heads = len(keep.heads) == nh
         qkv = None if full_heads else head_rows(keep.heads, hd, nh)
         head_cols = None if full_heads else torch.cat([h * hd + torch.arange(hd) for h in keep.heads])
-        attn_out, hidden, mlp_out = _rows(keep.attn_out, d), _rows(keep.hidden, shape.mlp_hidden), _rows(keep.mlp_out, d)
+        attn_out, mlp_out = _rows(keep.attn_out, d), _rows(keep.mlp_out, d)
+        hidden = _rows(keep.hidden, shape.mlp_hidden)
         out |= {p + "norm1.weight": (), p + "norm1.bias": (), p + "norm2.weight": (), p + "norm2.bias": (),
                 p + "attn.qkv.weight": (qkv, None), p + "attn.qkv.bias": (qkv,),
                 p + "attn.proj.weight": (attn_out, head_cols), p + "attn.proj.bias": (attn_out,),
@@ -138,15 +140,15 @@ def scatter(sub_state: Mapping[str, torch.Tensor], spec: SubmodelSpec, *,
     names = [n for n in sub_state if not n.startswith("exits.")]
     unknown = [n for n in names if n not in imap]
     if unknown:
-        raise InvalidUpdateError(f"sub_state has tensors the spec does not hold: {unknown[:5]}")
+        raise SubmodelMismatchError(f"sub_state has tensors the spec does not hold: {unknown[:5]}")
     for name in names:
         if name not in into:
-            raise InvalidUpdateError(f"sub_state tensor {name} has no counterpart in the global state")
+            raise SubmodelMismatchError(f"sub_state tensor {name} has no counterpart in the global state")
         index = imap[name]
         want = tuple(len(i) if i is not None else into[name].shape[d]
                      for d, i in enumerate(index + (None,) * (into[name].dim() - len(index))))
         if tuple(sub_state[name].shape) != want:
-            raise InvalidUpdateError(f"sub_state tensor {name} has shape {tuple(sub_state[name].shape)}; the spec's "
+            raise SubmodelMismatchError(f"sub_state tensor {name} has shape {tuple(sub_state[name].shape)}; the spec's "
                                      f"index map needs {want} (global {tuple(into[name].shape)})")
     state = {name: t.clone() for name, t in into.items()}
     written = {}

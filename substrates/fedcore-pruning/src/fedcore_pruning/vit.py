@@ -15,8 +15,8 @@ from contextlib import nullcontext
 
 import attrs
 import torch
-import torch.nn.functional as F
 from torch import nn
+import torch.nn.functional as F
 
 from fedcore.errors import ConfigError
 from fedcore_pruning.shape import ViTShape
@@ -33,7 +33,8 @@ class BlockMasks:
     mlp_out: torch.Tensor | None = None
 
     def parts(self) -> dict[str, torch.Tensor]:
-        return {name: t for name in ("heads", "hidden", "attn_out", "mlp_out") if (t := getattr(self, name)) is not None}
+        names = ("heads", "hidden", "attn_out", "mlp_out")
+        return {name: t for name in names if (t := getattr(self, name)) is not None}
 
     @property
     def requires_grad(self) -> bool:
