@@ -41,6 +41,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "substrates").glob("*/README.md")),
          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "plugins").glob("*/README.md"))]
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)(.*)$")
 SKIP = re.compile(r"^<!-- docs-run: skip \((.+)\) -->$")
