@@ -78,7 +78,8 @@ def accuracy_vs_bytes(runs: Sequence[RunRecord], metric: str, out: Path) -> Path
 def accuracy_vs_time(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
     """Virtual time when every run has it (simulated devices), wall-clock time otherwise."""
     virtual = all(any("virtual_time" in r for r in run.rows) for run in runs)
-    key, label = ("virtual_time", "virtual time (s, simulated devices)") if virtual else ("wall_s", "wall-clock time (s)")
+    key, label = (("virtual_time", "virtual time (s, simulated devices)") if virtual
+                  else ("wall_s", "wall-clock time (s)"))
     return _line_plot(runs, metric, lambda r: r.get(key), label, f"{metric} vs {'virtual' if virtual else 'wall'} time",
                       out / "accuracy_vs_time.png")
 

@@ -10,8 +10,8 @@
     dropout_during = 0.1
 
 The built-in plugin registers them through the catalogue (``registry.add_table``), as a third-party
-plugin registers its own. Each table is checked when the config is read (unknown settings, wrong types) and built when the
-run is materialized; the objects go to :meth:`fedcore.Pipeline.run` as ``clock=``, ``profiles=``
+plugin registers its own. Each table is checked when the config is read (unknown settings, wrong types) and built
+when the run is materialized; the objects go to :meth:`fedcore.Pipeline.run` as ``clock=``, ``profiles=``
 and ``faults=``.
 """
 from __future__ import annotations

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import copy
+import functools
 import hashlib
+import operator
 from typing import Any
 
 import attrs
@@ -72,8 +74,8 @@ class ShareCost:
 def _digest(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
-        return ("tensor", tuple(t.shape), str(t.dtype), hashlib.blake2b(t.numpy().tobytes(), digest_size=8).hexdigest()
-                if t.dtype != torch.bfloat16 else hashlib.blake2b(t.float().numpy().tobytes(), digest_size=8).hexdigest())
+        raw = (t.float() if t.dtype == torch.bfloat16 else t).numpy().tobytes()  # numpy has no bfloat16
+        return ("tensor", tuple(t.shape), str(t.dtype), hashlib.blake2b(raw, digest_size=8).hexdigest())
     if isinstance(value, (int, float, str, bool, type(None))):
         return value
     if isinstance(value, (list, tuple)):
@@ -128,7 +130,7 @@ def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
                 out = work(example)
             leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
             if leaves:
-                sum(t.float().sum() for t in leaves).backward()
+                functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
     params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
     trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
     return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,

@@ -65,7 +65,10 @@ def coordinate_median(updates: Sequence[ClientUpdate]) -> TensorDict:
 
 @attrs.frozen(eq=False, kw_only=True)
 class TrimmedMean:
-    """Coordinate-wise beta-trimmed mean (Yin et al., 2018, Def. 2): robust to up to ``floor(beta*m)`` bad clients per side."""
+    """Coordinate-wise beta-trimmed mean (Yin et al., 2018): robust to up to ``floor(beta*m)`` bad clients per side.
+
+    The trimmed mean of Def. 2 in the paper.
+    """
 
     beta: float = setting(0.1, low=0.0, high=0.5, high_open=True,
                           help="fraction of the clients' values dropped at each end, per coordinate")
