@@ -6,7 +6,7 @@ manifest): it wraps the local-update slot, so it ticks as each client finishes, 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 import os
 import sys
 import time
@@ -16,6 +16,9 @@ import fedcore
 
 if TYPE_CHECKING:  # rich is imported only when the live display starts
     from rich.progress import Progress, TaskID
+
+    from fedcore.contexts import RoundContext
+    from fedcore.types import ClientInfo, ClientUpdate
 
 MODES = ("auto", "rich", "plain", "none")
 
@@ -49,16 +52,16 @@ class ProgressObserver:
     def __init__(self, display: RunProgress | None) -> None:
         self._display = display
 
-    def __reduce__(self):  # on a worker process there is no display to tell
+    def __reduce__(self) -> tuple[Any, ...]:  # on a worker process there is no display to tell
         return (ProgressObserver, (None,))
 
     @fedcore.hookimpl
-    def fedcore_round_start(self, ctx: Any) -> None:
+    def fedcore_round_start(self, ctx: RoundContext) -> None:
         if self._display is not None:
             self._display.round_started(ctx.round)
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, client: Any):
+    def fedcore_local_update(self, client: ClientInfo) -> Generator[None, ClientUpdate, ClientUpdate]:
         result = yield
         if self._display is not None:
             self._display.client_finished()

@@ -16,14 +16,14 @@ and ``faults=``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedcore.errors import ConfigError
 from fedcore.experiment.config import Key, Table
 
 
-def _settings_check(factory_path: str):
+def _settings_check(factory_path: str) -> Callable[[Any, str], None]:
     def check(value: Any, where: str) -> None:
         from fedcore.experiment.build import check_settings, load_object
 

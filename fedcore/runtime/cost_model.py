@@ -10,7 +10,7 @@ excluded. CPU fused attention is not in torch's FLOP registry; its formula is ad
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import copy
 import functools
 import hashlib
@@ -27,13 +27,15 @@ from fedcore.types import Share
 aten = torch.ops.aten
 
 
-def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa(query_shape: Sequence[int], key_shape: Sequence[int], value_shape: Sequence[int], *args: Any,
+              out_shape: Any = None, **kwargs: Any) -> int:
     from torch.utils import flop_counter
 
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa_backward(grad_out_shape: Sequence[int], query_shape: Sequence[int], key_shape: Sequence[int],
+                       value_shape: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     from torch.utils import flop_counter
 
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
