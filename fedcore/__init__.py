@@ -39,9 +39,11 @@ from fedcore.types import (  # noqa: E402
 )
 
 __all__ = [
-    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState", "ClientUpdate",
+    "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState",
+    "ClientUpdate",
     "ConfigError", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
-    "PluginConflictError", "Recipe", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash", "StashKey", "Transfer", "UnknownComponentError",
+    "PluginConflictError", "Recipe", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash",
+    "StashKey", "Transfer", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins", "recipe",
 ]
 

@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
-    from fedcore.pipeline import Pipeline
     from fedcore.engine.client_job import ClientJob
+    from fedcore.pipeline import Pipeline
     from fedcore.registry import ComponentRegistry
     from fedcore.scheduling import Scheduler
     from fedcore.types import (

@@ -33,13 +33,14 @@ def payload_nbytes(payload: Any) -> int:
     raise TypeError(f"cannot send a {type(payload).__name__} over the network; send tensors, dicts, lists or numbers")
 
 
-def _copy(payload: P) -> P:
+def _copy(payload: Any) -> Any:
+    """A detached copy of the same structure (any Mapping comes back as a dict)."""
     if isinstance(payload, torch.Tensor):
         return payload.detach().clone()
     if isinstance(payload, Mapping):
-        return {k: _copy(v) for k, v in payload.items()}  # type: ignore[return-value]
+        return {k: _copy(v) for k, v in payload.items()}
     if isinstance(payload, (list, tuple)):
-        return type(payload)(_copy(v) for v in payload)  # type: ignore[return-value]
+        return type(payload)(_copy(v) for v in payload)
     return payload
 
 
@@ -92,7 +93,8 @@ class Channel:
 
     def _send(self, direction: str, kind: str, payload: P) -> P:
         self.rows.append(
-            Transfer(round=self.round, client=self.client_id, direction=direction, kind=kind, nbytes=payload_nbytes(payload))
+            Transfer(round=self.round, client=self.client_id, direction=direction, kind=kind,
+                     nbytes=payload_nbytes(payload))
         )
         return _copy(payload)
 

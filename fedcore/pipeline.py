@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from fedcore.contexts import RoundContext, RunContext
     from fedcore.engine.client_job import ClientJob
+    from fedcore.engine.history import RunResult
     from fedcore.scheduling import Scheduler
 
 
@@ -320,7 +321,7 @@ class Pipeline:
                 components.append(new)
         return Pipeline(components, defaults=self._use_defaults)
 
-    def __reduce__(self):  # rebuild on a worker from the (picklable, frozen) components
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuild on a worker from the (picklable, frozen) components
         return (Pipeline, (self._given,), None, None, None)
 
     def __repr__(self) -> str:
@@ -330,7 +331,7 @@ class Pipeline:
 
     def run(self, *, model: Any, train: Any, test: Any = None, num_clients: int, rounds: int, seed: int = 0,
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
-            out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None):
+            out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None) -> RunResult:
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device

@@ -27,7 +27,9 @@ def _first_line(doc: str | None) -> str:
 
 def slots_of(obj: Any) -> tuple[list[str], list[str], list[str]]:
     """(slots it provides, slots it wraps, observer hooks it implements), inferred from its hookimpls."""
-    provides, wraps, observes = [], [], []
+    provides: list[str] = []
+    wraps: list[str] = []
+    observes: list[str] = []
     hook_to_slot = {v: k for k, v in SLOT_HOOKS.items()}
     cls = obj if isinstance(obj, type) else type(obj)
     for attr in dir(cls):

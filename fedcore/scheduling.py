@@ -6,8 +6,8 @@ that arrives after the global model moved on still counts. Optional members, dec
 protocol and no-ops in the base class :class:`SchedulerPolicy`: ``continuous = True`` makes the engine
 call ``dispatch`` after every arrival too (FedBuff, FedAsync keep their concurrency),
 ``cancel(now=, busy=)`` names in-flight clients to give up when aggregating (a synchronous
-deadline), ``state_dict()``/``load_state_dict()`` carry policy state through a checkpoint. Synchronous rounds, deadlines, FedBuff,
-FedAsync and semi-asynchronous waiting (Co-S2P) are all policies of this shape.
+deadline), ``state_dict()``/``load_state_dict()`` carry policy state through a checkpoint. Synchronous rounds,
+deadlines, FedBuff, FedAsync and semi-asynchronous waiting (Co-S2P) are all policies of this shape.
 """
 from __future__ import annotations
 

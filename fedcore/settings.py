@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import inspect
 from typing import Any
 
@@ -16,7 +16,7 @@ import attrs
 from fedcore.errors import ConfigError
 
 
-def _converter(kind: type | None):
+def _converter(kind: type | None) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)

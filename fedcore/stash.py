@@ -7,7 +7,9 @@ T = TypeVar("T")
 
 
 class StashKey(Generic[T]):
-    """A key for :class:`Stash`. Create one per value at module level: ``MEMORY = StashKey[Tensor]("pfedprompt.memory")``.
+    """A key for :class:`Stash`.
+
+    Create one per value at module level: ``MEMORY = StashKey[Tensor]("pfedprompt.memory")``.
 
     ``name`` must be unique among the keys a run uses; checkpoints store values under it.
     """

@@ -6,7 +6,7 @@ tensors mean. Records that describe a decision are frozen; the few that carry st
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -20,6 +20,14 @@ TensorDict = dict[str, torch.Tensor]
 
 def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(i) for i in part) for part in value)
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _indices(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -73,8 +81,8 @@ class Share:
     """
 
     module: nn.Module
-    download: tuple[str, ...] = attrs.field(converter=tuple)
-    upload: tuple[str, ...] = attrs.field(converter=tuple)
+    download: tuple[str, ...] = attrs.field(converter=_names)
+    upload: tuple[str, ...] = attrs.field(converter=_names)
     endpoint: Any = None
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
@@ -88,7 +96,7 @@ class ClientData:
     """A client's data for one round: the dataset and the selected indices into it."""
 
     dataset: Any
-    indices: tuple[int, ...] = attrs.field(converter=tuple)
+    indices: tuple[int, ...] = attrs.field(converter=_indices)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -161,7 +169,8 @@ class AggregateResult:
     ``state`` holds new values for the global entries it names (entries not named keep their
     value). ``per_client`` optionally gives a different download for individual clients (a
     personalised aggregate, e.g. PromptAMP); the engine loads it into that client's share (the
-    entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics`` lands in the round's history row.
+    entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics`` lands in the
+    round's history row.
     """
 
     state: TensorDict = attrs.field(repr=False)

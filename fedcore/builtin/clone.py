@@ -40,7 +40,10 @@ def _plain_tensor(t: torch.Tensor, shared: set[int]) -> bool:
 
 
 def _shared_storages(module: nn.Module) -> set[int]:
-    """Storages that several tensors of ``module`` point into (views, aliases): they go to deepcopy, which keeps them shared."""
+    """Storages that several tensors of ``module`` point into (views, aliases).
+
+    They go to deepcopy, which keeps them shared.
+    """
     tensors: dict[int, torch.Tensor] = {}
     for m in module.modules():
         for t in (*m._parameters.values(), *m._buffers.values(),
@@ -74,7 +77,8 @@ class _Cloner:
                 data = obj.clone(memory_format=torch.preserve_format)
             new = nn.Parameter(data, requires_grad=obj.requires_grad) if cls is nn.Parameter else data
         elif isinstance(obj, nn.Module) and _plain_module_class(cls):
-            new = cls.__new__(cls)
+            module_cls: type[nn.Module] = cls  # typed, so mypy resolves cls.__new__ (deepcopy's reconstruct)
+            new = module_cls.__new__(module_cls)
             memo[oid] = new
             copy._keep_alive(obj, memo)  # type: ignore[attr-defined]  # as deepcopy does: obj outlives the memo
             fields = new.__dict__

@@ -1,17 +1,22 @@
 """Named datasets and models for configs: ``dataset = "digits"``, ``model = {name = "micro-cnn"}``."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the loaders are imported when a dataset is built, not when the catalogue loads
+    from fedcore.data.arrays import ArrayDataset
+
+    Loaded = tuple[ArrayDataset, ArrayDataset | None]
 
 
-def digits(**kwargs: Any):
+def digits(**kwargs: Any) -> Loaded:
     """scikit-learn's embedded 8x8 digits (1,797 real images, 10 classes): (train, test)."""
     from fedcore.data.digits import load_digits
 
     return load_digits(**kwargs)
 
 
-def synthetic(*, n: int = 256, n_test: int = 128, num_classes: int = 4, seed: int = 0, noise: float = 0.5):
+def synthetic(*, n: int = 256, n_test: int = 128, num_classes: int = 4, seed: int = 0, noise: float = 0.5) -> Loaded:
     """Seeded Gaussian blobs shaped 1x8x8: (train, test)."""
     from fedcore.data.synthetic import synthetic_classification
 
@@ -19,7 +24,7 @@ def synthetic(*, n: int = 256, n_test: int = 128, num_classes: int = 4, seed: in
     return full.subset(range(n)), full.subset(range(n, n + n_test))
 
 
-def image_folder(*, train: str, test: str | None = None, size: int | None = None, grayscale: bool = False):
+def image_folder(*, train: str, test: str | None = None, size: int | None = None, grayscale: bool = False) -> Loaded:
     """Image folders on disk (``root/<class>/<image>``): (train, test)."""
     from fedcore.data.files import load_image_folder
 
@@ -27,7 +32,7 @@ def image_folder(*, train: str, test: str | None = None, size: int | None = None
             load_image_folder(test, size=size, grayscale=grayscale) if test else None)
 
 
-def cifar(*, root: str, hundred: bool = False):
+def cifar(*, root: str, hundred: bool = False) -> Loaded:
     """CIFAR-10/100 python batches already on disk: (train, test)."""
     from fedcore.data.files import load_cifar
 
@@ -35,7 +40,7 @@ def cifar(*, root: str, hundred: bool = False):
 
 
 def hf_disk(*, path: str, train_split: str = "train", test_split: str | None = "test", image_key: str = "image",
-            label_key: str = "label"):
+            label_key: str = "label") -> Loaded:
     """A Hugging Face dataset saved with ``save_to_disk``: (train, test)."""
     from fedcore.data.files import load_hf_disk
 

@@ -13,11 +13,13 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 import torch
+from torch import nn
 
 import fedcore
 from fedcore.builtin.continuous_policy import ContinuousRounds, resolve_concurrency
 from fedcore.builtin.fedavg import weighted_mean
 from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
+from fedcore.contexts import RoundContext, RunContext
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientInfo, ClientUpdate, TensorDict
 
@@ -42,7 +44,7 @@ class AsyncSchedule:
                                         help="drop updates staler than this (default: keep all)")
 
     @fedcore.hookimpl
-    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> AsyncRounds:
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: RunContext) -> AsyncRounds:
         return AsyncRounds(concurrency=resolve_concurrency("AsyncSchedule", self.concurrency, clients),
                            max_staleness=self.max_staleness)
 
@@ -82,11 +84,14 @@ class FedAsyncMix:
                                         "updates move the model only part of the way"} if mix.alpha < 1 else {})
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+    def fedcore_aggregate(
+        self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+    ) -> AggregateResult:
         s = [staleness_weight(self.staleness, u.staleness, a=self.a, b=self.b) for u in updates]
         n = [float(u.num_examples) for u in updates]
         target = weighted_mean(updates, [ni * si for ni, si in zip(n, s)])
         alpha = self.alpha * sum(ni * si for ni, si in zip(n, s)) / sum(n)
         current = model.state_dict()
         return AggregateResult(state=mix(current, target, alpha),
-                               metrics={"mix_alpha": alpha, "mean_staleness": float(np.mean([u.staleness for u in updates]))})
+                               metrics={"mix_alpha": alpha,
+                                        "mean_staleness": float(np.mean([u.staleness for u in updates]))})

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import torch
+from torch import nn
 
 import fedcore
+from fedcore.contexts import RoundContext
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientUpdate, TensorDict
 
@@ -42,6 +43,8 @@ class FedAvg:
                               help="weight each update by its sample count, or equally")
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+    def fedcore_aggregate(
+        self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+    ) -> AggregateResult:
         weights = [float(u.num_examples) if self.weighting == "samples" else 1.0 for u in updates]
         return AggregateResult(state=weighted_mean(updates, weights))

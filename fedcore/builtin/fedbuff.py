@@ -14,11 +14,13 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 import torch
+from torch import nn
 
 import fedcore
 from fedcore.builtin.buffers import convex_mean, float_buffer_names
 from fedcore.builtin.continuous_policy import ContinuousRounds, resolve_concurrency
 from fedcore.builtin.staleness import STALENESS_FUNCTIONS, staleness_weight
+from fedcore.contexts import RoundContext, RunContext
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientInfo, ClientUpdate, TensorDict
@@ -53,7 +55,7 @@ class BufferedSchedule:
         return CheckPlan(presets=[cls(buffer_size=2)])  # the default waits for 10 arrivals; the fixture has 3 clients
 
     @fedcore.hookimpl
-    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> BufferedRounds:
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: RunContext) -> BufferedRounds:
         n = len(clients)
         if self.buffer_size > n:
             raise ConfigError(f"BufferedSchedule.buffer_size={self.buffer_size} waits for more arrivals than the "
@@ -77,7 +79,9 @@ class FedBuffStep:
     weighting: str = setting("uniform", choices=("uniform", "samples"), help="1/K (paper) or sample-weighted")
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+    def fedcore_aggregate(
+        self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+    ) -> AggregateResult:
         current = model.state_dict()
         s = [staleness_weight(self.staleness, u.staleness, a=self.a, b=self.b) for u in updates]
         if self.weighting == "samples":

@@ -1,14 +1,13 @@
 """Local training with SGD or Adam, with an optional FedProx proximal term (Li et al., MLSys 2020)."""
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 import fedcore
+from fedcore.contexts import RoundContext
 from fedcore.settings import setting
 from fedcore.training import train_epochs
-from fedcore.types import ClientData, ClientUpdate, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -28,7 +27,9 @@ class SGDUpdate:
     mu: float = setting(0.0, low=0.0, help="FedProx proximal coefficient (0 = plain local SGD)")
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: Any, ctx: Any) -> ClientUpdate:
+    def fedcore_local_update(
+        self, client: ClientInfo, share: Share, data: ClientData, state: ClientState, ctx: RoundContext
+    ) -> ClientUpdate:
         model = share.module
         loss = train_epochs(model, data, epochs=self.epochs, lr=self.lr, optimizer=self.optimizer,
                             momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,

@@ -4,12 +4,14 @@ All draw from ``run.np_rng("partition")``: the same seed gives the same split.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import numpy as np
 
 import fedcore
+from fedcore.contexts import RunContext
 from fedcore.data.arrays import labels_of
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
@@ -22,6 +24,10 @@ def _require_enough(num_clients: int, n: int, per_client: int, what: str) -> Non
                           f"the training set has {n}")
 
 
+def _index_lists(value: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(i) for i in part) for part in value)
+
+
 @attrs.frozen(eq=False, kw_only=True)
 class GivenPartition:
     """A partition computed elsewhere (a file, another framework, a benchmark), handed to the engine as is.
@@ -29,8 +35,8 @@ class GivenPartition:
     The engine still checks it: one list per client, no empty client, indices inside the training set.
     """
 
-    parts: tuple = attrs.field(converter=lambda v: tuple(tuple(int(i) for i in p) for p in v),
-                               metadata={"help": "one list of training-set indices per client"})
+    parts: tuple[tuple[int, ...], ...] = attrs.field(converter=_index_lists,
+                                                     metadata={"help": "one list of training-set indices per client"})
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
@@ -48,7 +54,7 @@ class IIDPartition:
     """Shuffle and split into near-equal parts."""
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         _require_enough(num_clients, len(dataset), 1, "min_size")
         perm = run.np_rng("partition").permutation(len(dataset))
         return Partition(train=[sorted(p.tolist()) for p in np.array_split(perm, num_clients)])
@@ -67,7 +73,7 @@ class DirichletPartition:
     max_tries: int = setting(1000, low=1, help="re-draws before giving up")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         _require_enough(num_clients, len(labels), self.min_size, "min_size")
         rng = run.np_rng("partition")
@@ -101,7 +107,7 @@ class ShardPartition:
     classes_per_client: int = setting(2, low=1, help="c classes per client")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         classes = np.unique(labels)
         if self.classes_per_client > len(classes):
@@ -150,7 +156,7 @@ class FewShotPartition:
     pool_multiplier: int = setting(1, low=1, help="candidate pool size, in multiples of shots")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         classes = np.unique(labels).tolist()
         rng = run.np_rng("partition")
@@ -196,7 +202,7 @@ class QuantitySkewPartition:
     min_size: int = setting(10, low=1, help="minimum samples per client")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         n = len(dataset)
         _require_enough(num_clients, n, self.min_size, "min_size")
         rng = run.np_rng("partition")

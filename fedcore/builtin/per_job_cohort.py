@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import torch
@@ -12,6 +12,7 @@ import fedcore
 from fedcore.types import ClientFailed, ClientUpdate
 
 if TYPE_CHECKING:
+    from fedcore.contexts import RoundContext
     from fedcore.engine.client_job import ClientJob
 
 
@@ -25,7 +26,7 @@ class PerJobCohort:
     """
 
     @fedcore.hookimpl
-    def fedcore_train_cohort(self, jobs: Sequence[ClientJob], ctx: Any) -> list[ClientUpdate | ClientFailed]:
+    def fedcore_train_cohort(self, jobs: Sequence[ClientJob], ctx: RoundContext) -> list[ClientUpdate | ClientFailed]:
         from fedcore.engine.client_job import seed_torch
 
         out: list[ClientUpdate | ClientFailed] = []

@@ -6,10 +6,11 @@ from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.ray_executor import RayExecutor
 from fedcore.experiment import runtime_tables
 from fedcore.recipes import Recipe
+from fedcore.registry import ComponentRegistry
 
 
 @fedcore.hookimpl
-def fedcore_register_components(registry):
+def fedcore_register_components(registry: ComponentRegistry) -> None:
     registry.add("iid", builtin.IIDPartition)
     registry.add("dirichlet", builtin.DirichletPartition)
     registry.add("shards", builtin.ShardPartition)

@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 
 import fedcore
+from fedcore.contexts import RunContext
 from fedcore.errors import ConfigError
 from fedcore.scheduling import SchedulerPolicy
 from fedcore.settings import setting
@@ -70,7 +71,7 @@ class SemiAsyncSchedule:
                                          help="drop updates staler than this (None = keep all)")
 
     @fedcore.hookimpl
-    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> SemiAsyncRounds:
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: RunContext) -> SemiAsyncRounds:
         n = len(clients)
         need = self.arrivals if self.arrivals is not None else math.ceil(self.mu * n - 1e-9)
         if need > n:

@@ -7,12 +7,12 @@ deadline-based FedAvg (Bonawitz et al., 2019; FedScale's straggler setting).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import numpy as np
 
 import fedcore
+from fedcore.contexts import RunContext
 from fedcore.errors import ConfigError
 from fedcore.scheduling import SchedulerPolicy, sample_clients
 from fedcore.settings import setting
@@ -54,7 +54,7 @@ class UniformSync:
                                      help="virtual seconds per round; stragglers past it are dropped")
 
     @fedcore.hookimpl
-    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: Any) -> SyncRounds:
+    def fedcore_make_scheduler(self, clients: Sequence[ClientInfo], run: RunContext) -> SyncRounds:
         if self.min_clients > len(clients):
             raise ConfigError(f"UniformSync.min_clients={self.min_clients} is more than the {len(clients)} clients")
         return SyncRounds(fraction=self.fraction, min_clients=self.min_clients, deadline=self.deadline)

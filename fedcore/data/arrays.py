@@ -20,7 +20,8 @@ class ArrayDataset(torch.utils.data.Dataset):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
         self.x = x
         self.y = y.long()
-        self.classes = list(classes) if classes is not None else [str(i) for i in range(int(self.y.max()) + 1 if len(y) else 0)]
+        n_classes = int(self.y.max()) + 1 if len(y) else 0
+        self.classes = list(classes) if classes is not None else [str(i) for i in range(n_classes)]
 
     def __len__(self) -> int:
         return len(self.y)

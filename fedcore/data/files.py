@@ -45,15 +45,18 @@ def load_cifar(root: str | Path, *, train: bool = True, hundred: bool = False) -
     folder = "cifar-100-python" if hundred else "cifar-10-batches-py"
     base = root / folder if (root / folder).is_dir() else root
     if hundred:
-        files, label_key, meta, names_key = (["train"] if train else ["test"]), b"fine_labels", "meta", b"fine_label_names"
+        files = ["train"] if train else ["test"]
+        label_key, meta, names_key = b"fine_labels", "meta", b"fine_label_names"
     else:
         files = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
         label_key, meta, names_key = b"labels", "batches.meta", b"label_names"
     missing = [f for f in files + [meta] if not (base / f).is_file()]
     if missing:
-        raise FileNotFoundError(f"CIFAR-{100 if hundred else 10} python batches not found under {root}: missing {missing}"
+        raise FileNotFoundError(f"CIFAR-{100 if hundred else 10} python batches not found under {root}:"
+                                f" missing {missing}"
                                 f" (expected the extracted {folder}/ directory; nothing is downloaded)")
-    data, labels = [], []
+    data: list[np.ndarray] = []
+    labels: list[int] = []
     for name in files:
         with open(base / name, "rb") as fh:
             batch = pickle.load(fh, encoding="bytes")  # the official format is a pickled dict
@@ -65,7 +68,9 @@ def load_cifar(root: str | Path, *, train: bool = True, hundred: bool = False) -
     return ArrayDataset(x, torch.as_tensor(labels), classes)
 
 
-def load_hf_disk(path: str | Path, *, split: str = "train", image_key: str = "image", label_key: str = "label") -> ArrayDataset:
+def load_hf_disk(
+    path: str | Path, *, split: str = "train", image_key: str = "image", label_key: str = "label"
+) -> ArrayDataset:
     """A Hugging Face dataset saved with ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
     from datasets import DatasetDict, load_from_disk
 

@@ -40,7 +40,8 @@ def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
     """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
-    target = fn.__init__ if isinstance(fn, type) else fn
+    # misc: mypy calls __init__ on an instance unsound; here it is the class's own, only read for its signature
+    target = fn.__init__ if isinstance(fn, type) else fn  # type: ignore[misc]
     params = list(inspect.signature(target).parameters.values())
     if isinstance(fn, type):
         params = params[1:]  # self
@@ -189,33 +190,33 @@ def expand_recipe(name: str | None, pipeline: Mapping[str, Any]) -> dict[str, An
 
 def plan(config: Mapping[str, Any]) -> Plan:
     """Check every name and setting in a validated config without loading data or building a model."""
-    config = copy.deepcopy(dict(config))
+    cfg = copy.deepcopy(dict(config))
     try:
-        config["pipeline"] = expand_recipe(config.get("recipe"), config["pipeline"])
-        pipeline = Pipeline.from_config(config["pipeline"])
+        cfg["pipeline"] = expand_recipe(cfg.get("recipe"), cfg["pipeline"])
+        pipeline = Pipeline.from_config(cfg["pipeline"])
     except FedcoreError as exc:
         raise ConfigError(f"pipeline: {str(exc).splitlines()[0]}") from None
-    ds_name, ds_settings = split_spec(config["dataset"])
+    ds_name, ds_settings = split_spec(cfg["dataset"])
     ds_entry = lookup("dataset", ds_name)
     ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
-    m_name, m_settings = split_spec(config["model"])
+    m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
-    ex_name, ex_settings = split_spec(config["executor"])
+    ex_name, ex_settings = split_spec(cfg["executor"])
     ex_class = load_executor_class(ex_name)
     ex_settings = check_settings(ex_class, ex_settings, f"executor {ex_name}")
-    if config["output"]["tensorboard"]:
+    if cfg["output"]["tensorboard"]:
         try:
             importlib.import_module("torch.utils.tensorboard")
         except ImportError as exc:
             raise ConfigError(f"output.tensorboard = true needs the tensorboard package ({exc}); "
                               f"pip install tensorboard") from None
-    resolved = dict(config)
+    resolved = dict(cfg)
     resolved["dataset"] = {"name": ds_name, **_plain(ds_settings)}
     resolved["model"] = {"name": m_name, **_plain(m_settings)}
     resolved["executor"] = {"name": ex_name, **_plain(ex_settings)}
-    resolved["pipeline"] = resolve_pipeline(config["pipeline"], pipeline)
-    return Plan(config=config, pipeline=pipeline, dataset=ds_entry, dataset_settings=ds_settings, model=m_entry,
+    resolved["pipeline"] = resolve_pipeline(cfg["pipeline"], pipeline)
+    return Plan(config=cfg, pipeline=pipeline, dataset=ds_entry, dataset_settings=ds_settings, model=m_entry,
                 model_settings=m_settings, executor_class=ex_class, executor_settings=ex_settings, resolved=resolved)
 
 
@@ -250,7 +251,8 @@ def materialize(p: Plan) -> Materials:
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
-        raise ConfigError(f"dataset {p.dataset.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"dataset {p.dataset.name}: {reason}") from None
     train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
     model_settings = dict(p.model_settings)
     given = split_spec(cfg["model"])[1]

@@ -31,7 +31,7 @@ Unknown keys are errors; new top-level tables come from plugins (``registry.add_
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 import copy
 from pathlib import Path
 import re
@@ -208,7 +208,8 @@ def parse_set(text: str) -> tuple[list[str], Any]:
     (a bare word such as ``digits`` is taken as a string)."""
     m = _SET.match(text)
     if not m:
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted KEY, e.g. --set pipeline.local_update.lr=0.1")
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted KEY,"
+                          " e.g. --set pipeline.local_update.lr=0.1")
     path, raw = m.group(1).split("."), m.group(2).strip()
     if raw == "":
         raise ConfigError(f"--set {text!r}: no value after '='")
@@ -266,7 +267,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a text file") from None
 
 
-def load_config(path: str | Path | None, sets: list[str] = (), *, base: Mapping[str, Any] | None = None
+def load_config(path: str | Path | None, sets: Sequence[str] = (), *, base: Mapping[str, Any] | None = None
                 ) -> dict[str, Any]:
     """Read ``path`` (or start from ``base``), apply ``--set`` overrides in order, validate, fill defaults."""
     raw = read_toml(path) if path is not None else copy.deepcopy(dict(base or {}))

@@ -5,15 +5,18 @@ headless (Agg); nothing here reads files, it takes :class:`~fedcore.experiment.r
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedcore.experiment.report import RunRecord
 
+XOf = Callable[[Mapping[str, Any]], Any]
+"""The x value of a history row (round, bytes, time), or None to skip the row."""
 
-def _pyplot():
+
+def _pyplot() -> Any:  # the matplotlib.pyplot module, Agg backend
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -22,7 +25,7 @@ def _pyplot():
     return plt
 
 
-def _series(rows: Sequence[dict[str, Any]], x_of, metric: str) -> tuple[list[float], list[float]]:
+def _series(rows: Sequence[dict[str, Any]], x_of: XOf, metric: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for r in rows:
         x, y = x_of(r), r.get(metric)
@@ -33,7 +36,7 @@ def _series(rows: Sequence[dict[str, Any]], x_of, metric: str) -> tuple[list[flo
     return xs, ys
 
 
-def _line_plot(runs: Sequence[RunRecord], metric: str, x_of, xlabel: str, title: str, path: Path,
+def _line_plot(runs: Sequence[RunRecord], metric: str, x_of: XOf, xlabel: str, title: str, path: Path,
                *, log_x: bool = False) -> Path | None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 4.4), dpi=120)
@@ -66,7 +69,7 @@ def accuracy_vs_round(runs: Sequence[RunRecord], metric: str, out: Path) -> Path
 
 
 def accuracy_vs_bytes(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
-    def mb(r: dict[str, Any]) -> float | None:
+    def mb(r: Mapping[str, Any]) -> float | None:
         if "bytes_up_total" not in r:
             return None
         return (r["bytes_up_total"] + r.get("bytes_down_total", 0)) / 1e6
@@ -78,7 +81,8 @@ def accuracy_vs_bytes(runs: Sequence[RunRecord], metric: str, out: Path) -> Path
 def accuracy_vs_time(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
     """Virtual time when every run has it (simulated devices), wall-clock time otherwise."""
     virtual = all(any("virtual_time" in r for r in run.rows) for run in runs)
-    key, label = ("virtual_time", "virtual time (s, simulated devices)") if virtual else ("wall_s", "wall-clock time (s)")
+    key, label = (("virtual_time", "virtual time (s, simulated devices)") if virtual
+                  else ("wall_s", "wall-clock time (s)"))
     return _line_plot(runs, metric, lambda r: r.get(key), label, f"{metric} vs {'virtual' if virtual else 'wall'} time",
                       out / "accuracy_vs_time.png")
 

@@ -6,13 +6,19 @@ manifest): it wraps the local-update slot, so it ticks as each client finishes, 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import fedcore
+
+if TYPE_CHECKING:  # rich is imported only when the live display starts
+    from rich.progress import Progress, TaskID
+
+    from fedcore.contexts import RoundContext
+    from fedcore.types import ClientInfo, ClientUpdate
 
 MODES = ("auto", "rich", "plain", "none")
 
@@ -46,16 +52,16 @@ class ProgressObserver:
     def __init__(self, display: RunProgress | None) -> None:
         self._display = display
 
-    def __reduce__(self):  # on a worker process there is no display to tell
+    def __reduce__(self) -> tuple[Any, ...]:  # on a worker process there is no display to tell
         return (ProgressObserver, (None,))
 
     @fedcore.hookimpl
-    def fedcore_round_start(self, ctx: Any) -> None:
+    def fedcore_round_start(self, ctx: RoundContext) -> None:
         if self._display is not None:
             self._display.round_started(ctx.round)
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, client: Any):
+    def fedcore_local_update(self, client: ClientInfo) -> Generator[None, ClientUpdate, ClientUpdate]:
         result = yield
         if self._display is not None:
             self._display.client_finished()
@@ -76,8 +82,8 @@ class RunProgress:
         self.clients_done = 0
         self._times: list[float] = []
         self._start = time.perf_counter()
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def start(self, completed: int = 0) -> None:
         self._start = time.perf_counter()
@@ -114,13 +120,11 @@ class RunProgress:
 
     def round_started(self, round: int) -> None:
         self.clients_done = 0
-        if self._progress is not None:
-            self._progress.update(self._task, clients=0, description=f"{self.name} round {round + 1}")
+        self._update(clients=0, description=f"{self.name} round {round + 1}")
 
     def client_finished(self) -> None:
         self.clients_done += 1
-        if self._progress is not None:
-            self._progress.update(self._task, clients=self.clients_done)
+        self._update(clients=self.clients_done)
 
     def round_done(self, record: Mapping[str, Any]) -> None:
         self._times.append(float(record.get("round_wall_s", 0.0)))
@@ -130,7 +134,7 @@ class RunProgress:
         moved = human_bytes(record.get("bytes_up_total", 0) + record.get("bytes_down_total", 0))
         clients = len(record.get("clients", ())) or self.clients_done
         if self._progress is not None:
-            self._progress.update(self._task, completed=done, clients=clients, acc=acc, bytes=moved)
+            self._update(completed=done, clients=clients, acc=acc, bytes=moved)
             return
         if self.mode == "none":
             return
@@ -151,6 +155,11 @@ class RunProgress:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def _update(self, **fields: Any) -> None:
+        """Update the live display's task, when there is one."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, **fields)
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)

@@ -59,7 +59,8 @@ def load_runs(paths: Sequence[str | Path]) -> list[RunRecord]:
 def pick_metric(runs: Sequence[RunRecord], metric: str | None) -> str | None:
     if metric is not None:
         if not any(metric in row for run in runs for row in run.rows):
-            keys = sorted({k for run in runs for row in run.rows for k, v in row.items() if isinstance(v, (int, float))})
+            keys = sorted({k for run in runs for row in run.rows for k, v in row.items()
+                           if isinstance(v, (int, float))})
             raise ConfigError(f"report: no run recorded {metric!r}; numeric keys: {', '.join(keys)}")
         return metric
     for run in runs:

@@ -25,7 +25,8 @@ import tomli_w
 
 from fedcore.errors import ConfigError
 
-CONFIG, MANIFEST, STATUS, METRICS, MODEL = "config.toml", "manifest.json", "status.json", "metrics.jsonl", "model.safetensors"
+CONFIG, MANIFEST, STATUS = "config.toml", "manifest.json", "status.json"
+METRICS, MODEL = "metrics.jsonl", "model.safetensors"
 CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
 MARKERS = (STATUS, CONFIG, METRICS)
 
@@ -171,7 +172,8 @@ class RunDir:
         atomic_write(self.path / CONFIG, (header + tomli_w.dumps(dict(resolved))).encode())
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
-        atomic_write(self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+        text = json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n"
+        atomic_write(self.path / MANIFEST, text.encode())
 
     def rows(self) -> list[dict[str, Any]]:
         path = self.path / METRICS

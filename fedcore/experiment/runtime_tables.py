@@ -10,20 +10,20 @@
     dropout_during = 0.1
 
 The built-in plugin registers them through the catalogue (``registry.add_table``), as a third-party
-plugin registers its own. Each table is checked when the config is read (unknown settings, wrong types) and built when the
-run is materialized; the objects go to :meth:`fedcore.Pipeline.run` as ``clock=``, ``profiles=``
+plugin registers its own. Each table is checked when the config is read (unknown settings, wrong types) and built
+when the run is materialized; the objects go to :meth:`fedcore.Pipeline.run` as ``clock=``, ``profiles=``
 and ``faults=``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedcore.errors import ConfigError
 from fedcore.experiment.config import Key, Table
 
 
-def _settings_check(factory_path: str):
+def _settings_check(factory_path: str) -> Callable[[Any, str], None]:
     def check(value: Any, where: str) -> None:
         from fedcore.experiment.build import check_settings, load_object
 

@@ -21,6 +21,7 @@ from fedcore.runtime.profiles import (
 )
 
 __all__ = [
-    "Clock", "ClockBase", "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError", "ShareCost", "SimClock",
+    "Clock", "ClockBase", "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError",
+    "ShareCost", "SimClock",
     "clock_of", "count_samples", "edge_presets", "jetson_presets", "load_profiles", "measure", "presets",
 ]

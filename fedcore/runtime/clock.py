@@ -27,7 +27,9 @@ from fedcore.runtime.profiles import DeviceProfile, load_profiles, presets
 from fedcore.types import ClientInfo, Share
 
 if TYPE_CHECKING:
+    from fedcore.contexts import RunContext
     from fedcore.engine.client_job import JobResult
+    from fedcore.pipeline import Pipeline
 
 _CLOCKS: weakref.WeakKeyDictionary[Any, SimClock] = weakref.WeakKeyDictionary()
 
@@ -48,7 +50,7 @@ class Clock(Protocol):
     def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
         """Virtual seconds of the finished job ``result`` (``round`` is the version it started from)."""
 
-    def bind(self, run: Any, pipeline: Any) -> None:
+    def bind(self, run: RunContext, pipeline: Pipeline) -> None:
         """Called once after partitioning, before the first round."""
 
     def admit(self, client: ClientInfo, share: Share) -> None:
@@ -73,7 +75,7 @@ class ClockBase:
     def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
         raise NotImplementedError(f"{type(self).__name__} must implement duration()")
 
-    def bind(self, run: Any, pipeline: Any) -> None:
+    def bind(self, run: RunContext, pipeline: Pipeline) -> None:
         pass
 
     def admit(self, client: ClientInfo, share: Share) -> None:
@@ -92,7 +94,7 @@ class ClockBase:
         pass
 
 
-def clock_of(run: Any) -> SimClock | None:
+def clock_of(run: RunContext | None) -> SimClock | None:
     """The clock of a running engine, for methods that size a share to the device (``clock.fits``)."""
     return _CLOCKS.get(run) if run is not None else None
 
@@ -143,13 +145,13 @@ class SimClock(ClockBase):
         self.check_memory = check_memory
         self.example_samples = max(1, example_samples)
         self.model = CostModel()
-        self._run: Any = None
+        self._run: RunContext | None = None
         self._examples: dict[tuple[int, ...], torch.Tensor] = {}
         self._round: dict[str, float] = {}
 
     # -- engine hooks ---------------------------------------------------------------------
 
-    def bind(self, run: Any, pipeline: Any) -> None:
+    def bind(self, run: RunContext, pipeline: Pipeline) -> None:
         """Check every client has a known profile and read the memory-model settings from the pipeline."""
         missing = [c.id for c in run.clients if (c.profile or self.default_profile) is None]
         if missing:

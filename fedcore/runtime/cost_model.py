@@ -10,9 +10,11 @@ excluded. CPU fused attention is not in torch's FLOP registry; its formula is ad
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import copy
+import functools
 import hashlib
+import operator
 from typing import Any
 
 import attrs
@@ -25,13 +27,15 @@ from fedcore.types import Share
 aten = torch.ops.aten
 
 
-def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa(query_shape: Sequence[int], key_shape: Sequence[int], value_shape: Sequence[int], *args: Any,
+              out_shape: Any = None, **kwargs: Any) -> int:
     from torch.utils import flop_counter
 
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa_backward(grad_out_shape: Sequence[int], query_shape: Sequence[int], key_shape: Sequence[int],
+                       value_shape: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     from torch.utils import flop_counter
 
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
@@ -72,8 +76,8 @@ class ShareCost:
 def _digest(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
-        return ("tensor", tuple(t.shape), str(t.dtype), hashlib.blake2b(t.numpy().tobytes(), digest_size=8).hexdigest()
-                if t.dtype != torch.bfloat16 else hashlib.blake2b(t.float().numpy().tobytes(), digest_size=8).hexdigest())
+        raw = (t.float() if t.dtype == torch.bfloat16 else t).numpy().tobytes()  # numpy has no bfloat16
+        return ("tensor", tuple(t.shape), str(t.dtype), hashlib.blake2b(raw, digest_size=8).hexdigest())
     if isinstance(value, (int, float, str, bool, type(None))):
         return value
     if isinstance(value, (list, tuple)):
@@ -128,7 +132,7 @@ def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
                 out = work(example)
             leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
             if leaves:
-                sum(t.float().sum() for t in leaves).backward()
+                functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
     params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
     trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
     return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,

@@ -74,15 +74,18 @@ class Faults:
 
     @classmethod
     def random_outage(cls, *, num_clients: int, fraction: float, first_round: int, rounds: int, seed: int,
-                      **probabilities: float) -> Faults:
-        """``ceil(fraction·N)`` seeded clients offline for ``rounds`` rounds (Tree Learning §3.6.6: 10 % for 5)."""
+                      **settings: Any) -> Faults:
+        """``ceil(fraction·N)`` seeded clients offline for ``rounds`` rounds (Tree Learning §3.6.6: 10 % for 5).
+
+        ``settings`` are the other :class:`Faults` fields (``dropout_before=``, ``use_availability=``, ...).
+        """
         import math
 
         if not 0.0 < fraction <= 1.0:
             raise ConfigError(f"fraction={fraction}; must be in (0, 1]")
         k = math.ceil(fraction * num_clients)
         chosen = sorted(int(c) for c in numpy_generator(seed, "outage").choice(num_clients, size=k, replace=False))
-        return cls(outages=tuple((c, first_round, first_round + rounds - 1) for c in chosen), **probabilities)
+        return cls(outages=tuple((c, first_round, first_round + rounds - 1) for c in chosen), **settings)
 
 
 def count_outcomes(plans: Sequence[FaultPlan]) -> dict[str, int]:

@@ -130,7 +130,8 @@ def profile_from_dict(name: str, table: Mapping[str, Any], known: Mapping[str, D
     """A profile from a TOML table: ``{base = "phone", speed = 0.5}`` or explicit fields with units."""
     unknown = sorted(set(table) - set(_UNITS) - set(_EXTRA))
     if unknown:
-        raise ConfigError(f"profile {name!r}: unknown key(s) {unknown}; allowed: {', '.join(list(_UNITS) + list(_EXTRA))}")
+        allowed = ", ".join(list(_UNITS) + list(_EXTRA))
+        raise ConfigError(f"profile {name!r}: unknown key(s) {unknown}; allowed: {allowed}")
     values: dict[str, Any] = {}
     if "base" in table:
         pool = dict(known or presets())
@@ -152,7 +153,8 @@ def profile_from_dict(name: str, table: Mapping[str, Any], known: Mapping[str, D
     values["name"] = name
     missing = [f for f in ("flops", "up_bps", "down_bps", "memory_bytes") if f not in values]
     if missing:
-        raise ConfigError(f"profile {name!r} is missing {missing} (give them, or `base = \"phone\"` to start from a preset)")
+        raise ConfigError(f"profile {name!r} is missing {missing}"
+                          f" (give them, or `base = \"phone\"` to start from a preset)")
     try:
         profile = DeviceProfile(**values)
         return profile.scaled(speed=float(table.get("speed", 1.0)), bandwidth=float(table.get("bandwidth", 1.0)))
@@ -214,12 +216,16 @@ class ProfileAssignment:
         if self.weights is not None:
             bad = {k: v for k, v in self.weights.items() if not v >= 0}
             if bad or not sum(self.weights.values()) > 0:
-                raise ConfigError(f"ProfileAssignment.weights={dict(self.weights)}: weights must be >= 0 with a positive sum")
+                raise ConfigError(f"ProfileAssignment.weights={dict(self.weights)}:"
+                                  " weights must be >= 0 with a positive sum")
 
     def names(self) -> set[str]:
         if self.fixed is not None:
             return {self.fixed}
-        return set(self.order) if self.order is not None else {k for k, v in self.weights.items() if v > 0}
+        if self.order is not None:
+            return set(self.order)
+        assert self.weights is not None  # __attrs_post_init__: exactly one of fixed, order, weights
+        return {k for k, v in self.weights.items() if v > 0}
 
     def assign(self, num_clients: int, *, seed: int) -> list[str]:
         if self.fixed is not None:
@@ -231,6 +237,7 @@ class ProfileAssignment:
                 raise ConfigError(f"ProfileAssignment.order has {len(self.order)} names for {num_clients} clients "
                                   f"(pass cycle=True to repeat it)")
             return list(self.order)
+        assert self.weights is not None  # __attrs_post_init__: exactly one of fixed, order, weights
         names = sorted(self.weights)
         w = np.array([float(self.weights[n]) for n in names])
         p = w / w.sum()
@@ -249,5 +256,5 @@ def resolve(profiles: Sequence[str | None] | ProfileAssignment | None, num_clien
     if profiles is None:
         return [None] * num_clients
     if isinstance(profiles, ProfileAssignment):
-        return profiles.assign(num_clients, seed=seed)
+        return list(profiles.assign(num_clients, seed=seed))
     return list(profiles)

@@ -13,8 +13,10 @@ from typing import Any
 
 import attrs
 import torch
+from torch import nn
 
 import fedcore
+from fedcore import RoundContext
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientUpdate, TensorDict
 
@@ -65,13 +67,18 @@ def coordinate_median(updates: Sequence[ClientUpdate]) -> TensorDict:
 
 @attrs.frozen(eq=False, kw_only=True)
 class TrimmedMean:
-    """Coordinate-wise beta-trimmed mean (Yin et al., 2018, Def. 2): robust to up to ``floor(beta*m)`` bad clients per side."""
+    """Coordinate-wise beta-trimmed mean (Yin et al., 2018): robust to up to ``floor(beta*m)`` bad clients per side.
+
+    The trimmed mean of Def. 2 in the paper.
+    """
 
     beta: float = setting(0.1, low=0.0, high=0.5, high_open=True,
                           help="fraction of the clients' values dropped at each end, per coordinate")
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+    def fedcore_aggregate(
+        self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+    ) -> AggregateResult:
         m = len(updates)
         return AggregateResult(state=trimmed_mean(updates, self.beta),
                                metrics={"trimmed_per_side": float(int(self.beta * m))})
@@ -82,5 +89,7 @@ class CoordinateMedian:
     """Coordinate-wise median (Yin et al., 2018, Def. 1): tolerates any minority of bad values per coordinate."""
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> AggregateResult:
+    def fedcore_aggregate(
+        self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+    ) -> AggregateResult:
         return AggregateResult(state=coordinate_median(updates))

@@ -1,0 +1,103 @@
+"""The lint gate is real: ``scripts/lint`` fails on a planted error, and a bare ``scripts/dev test`` runs it first.
+
+``scripts/lint`` runs here for real (ruff and mypy with the repository's pyproject) on a tiny tree shaped like the
+repository, so a planted unused import or type error must fail it and the clean tree must pass. The order in
+``scripts/dev`` is checked with a stand-in interpreter that records its calls: running the real suite inside the
+suite is not possible, and what matters is that the gate runs before pytest and stops it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CLEAN = '''"""A module that passes ruff and mypy."""
+
+
+def double(x: int) -> int:
+    return 2 * x
+'''
+
+
+def _tree(tmp_path: Path, core_module: str) -> Path:
+    """A copy of the repository's lint script and config over a core, a substrate and a plugin of one file each."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "lint", repo / "scripts" / "lint")
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    for package in ("fedcore", "substrates/fedcore-x/src/fedcore_x", "plugins/fedcore-y/src/fedcore_y"):
+        (repo / package).mkdir(parents=True)
+        (repo / package / "__init__.py").write_text(CLEAN)
+    (repo / "fedcore" / "planted.py").write_text(core_module)
+    return repo
+
+
+def _lint(repo: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", "scripts/lint"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_lint_passes_a_clean_tree(tmp_path):
+    result = _lint(_tree(tmp_path, CLEAN))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("planted", "reported"), [
+    ('"""Unused import."""\nimport os\n', "F401"),
+    ('"""Line too long."""\nX = "' + "x" * 130 + '"\n', "E501"),
+    ('"""Type error."""\n\n\ndef half(x: int) -> str:\n    return x // 2\n', "[return-value]"),
+])
+def test_lint_fails_on_a_planted_error(tmp_path, planted, reported):
+    result = _lint(_tree(tmp_path, planted))
+    assert result.returncode != 0
+    assert reported in result.stdout + result.stderr
+    assert "planted.py" in result.stdout + result.stderr
+
+
+def _stand_in_venv(tmp_path: Path) -> Path:
+    """A venv whose ``python`` only appends its arguments to $CALLS and fails ruff when $RUFF_RC says so."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n'
+                      'case "$*" in *"-m ruff"*) exit "${RUFF_RC:-0}" ;; esac\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return venv
+
+
+def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0) -> tuple[int, list[str]]:
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    venv = _stand_in_venv(tmp_path)
+    env = {**os.environ, "FEDCORE_VENV": str(venv), "FEDCORE_ENV_ROOT": str(tmp_path / "env"), "CALLS": str(calls),
+           "RUFF_RC": str(ruff_rc)}
+    (tmp_path / "env").mkdir(exist_ok=True)
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "dev"), "test", *args], env=env, capture_output=True,
+                            text=True, timeout=120)
+    steps = [line.split()[1] for line in calls.read_text().splitlines()]  # "-m pip ...", "-m ruff ..." -> module
+    return result.returncode, steps
+
+
+def test_bare_dev_test_runs_ruff_and_mypy_before_pytest(tmp_path):
+    rc, steps = _dev_test(tmp_path)
+    assert rc == 0
+    assert steps == ["pip", "ruff", "mypy", "pytest"]
+
+
+def test_a_failing_lint_stops_the_suite(tmp_path):
+    rc, steps = _dev_test(tmp_path, ruff_rc=1)
+    assert rc != 0
+    assert steps == ["pip", "ruff"]
+
+
+def test_dev_test_with_arguments_runs_only_pytest(tmp_path):
+    rc, steps = _dev_test(tmp_path, "tests/test_x.py")
+    assert rc == 0
+    assert steps == ["pip", "pytest"]
