@@ -19,7 +19,7 @@ the run (XPASS(strict)), so stale declarations do not linger.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -29,6 +29,10 @@ from fedcore.testing.fixtures import ContractFixture
 
 HOOK = "__fedcore_checks__"
 """The classmethod a component class defines to declare its :class:`CheckPlan`."""
+
+
+def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -41,7 +45,7 @@ class CheckPlan:
     a function of the instance giving that mapping (when only some settings fail a check on purpose).
     """
 
-    presets: Sequence[Any] = attrs.field(default=(), converter=tuple)
+    presets: Sequence[Any] = attrs.field(default=(), converter=_as_tuple)
     fixture: ContractFixture | None = None
     expected_failures: Mapping[str, str] | Callable[[Any], Mapping[str, str]] = attrs.field(factory=dict)
 
