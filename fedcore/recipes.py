@@ -13,7 +13,9 @@ server optimizer over LoRA factors) without touching the rest::
 
 An override of a slot is a component name, a table with ``name`` (replace the component), a table
 without ``name`` (keep the recipe's component, change some of its settings) or a component instance.
-``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order.
+``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order; a given plugin
+named like one of the recipe's changes that one's settings instead (``plugins = [{name = "sa-fedlora-plan",
+r_a = 4}]``).
 """
 from __future__ import annotations
 
@@ -85,7 +87,15 @@ class Recipe:
         extra = overrides.get("plugins", [])
         if not isinstance(extra, Sequence) or isinstance(extra, (str, bytes)):
             raise ConfigError(f"pipeline.plugins must be a list of components, got {extra!r}")
-        plugins = [_copy(p) for p in self.plugins] + list(extra)
+        plugins = [_copy(p) for p in self.plugins]
+        for spec in extra:  # naming one of the recipe's plugins again changes its settings
+            same = [i for i, p in enumerate(plugins) if _name(p) is not None and _name(p) == _name(spec)]
+            if same and isinstance(spec, (str, Mapping)):
+                old = plugins[same[0]]
+                plugins[same[0]] = {**({"name": old} if isinstance(old, str) else old),
+                                    **({"name": spec} if isinstance(spec, str) else dict(spec))}
+            else:
+                plugins.append(spec)
         if plugins:
             config["plugins"] = plugins
         return config
@@ -94,6 +104,12 @@ class Recipe:
         """Plain data: the slots and plugins the recipe names (for ``fedcore describe``)."""
         return {"slots": {s: _copy(v) for s, v in self.slots.items()}, "plugins": [_copy(p) for p in self.plugins],
                 "help": self.help}
+
+
+def _name(spec: Any) -> str | None:
+    if isinstance(spec, str):
+        return spec
+    return spec.get("name") if isinstance(spec, Mapping) else None
 
 
 def _copy(spec: Any) -> Any:
