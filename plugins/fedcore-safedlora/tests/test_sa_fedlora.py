@@ -253,3 +253,21 @@ def test_round_start_truncates_the_global_factors(mode):
             assert torch.allclose(b @ a, (u[:, :2] * s[:2]) @ vh[:2], atol=1e-4)
         else:  # slice keeps the leading columns of B and rows of A
             assert torch.equal(b.float(), factors[n][0][:, :2]) and torch.equal(a.float(), factors[n][1][:2])
+
+
+def test_old_component_names_point_to_the_recipe():
+    with pytest.raises(fedcore.UnknownComponentError, match=r"'sa-fedlora' is a recipe .* recipe = 'sa-fedlora'"):
+        fedcore.Pipeline.from_config({"plugins": [{"name": "sa-fedlora", "r_a": 3}]})
+    import fedcore_safedlora
+
+    with pytest.raises(AttributeError, match=r"FedPer was removed in 0.2.0: the method is the recipe 'fedper'"):
+        fedcore_safedlora.FedPer  # noqa: B018
+
+
+def test_naming_a_recipe_plugin_again_changes_its_settings():
+    from fedcore.recipes import get_recipe
+
+    config = get_recipe("fedlora").config({"plugins": [{"name": "sa-fedlora-plan", "r_a": 4, "r_b": 4}]})
+    assert config["plugins"] == [{"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 4, "r_b": 4}]
+    config = get_recipe("fedlora").config({"plugins": ["from-scratch"]})
+    assert [p if isinstance(p, str) else p["name"] for p in config["plugins"]] == ["sa-fedlora-plan", "from-scratch"]
