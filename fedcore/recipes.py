@@ -19,7 +19,7 @@ r_a = 4}]``).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -39,6 +39,11 @@ def _check_spec(spec: Any, where: str) -> None:
                       f"got {spec!r}")
 
 
+def _as_specs(value: Iterable[ComponentSpec]) -> tuple[ComponentSpec, ...]:
+    """``tuple`` as a typed converter (mypy's attrs plugin cannot bind ``tuple``'s type variable)."""
+    return tuple(value)
+
+
 def _freeze_slots(value: Mapping[str, Any]) -> dict[str, Any]:
     return {slot: spec if isinstance(spec, str) else dict(spec) for slot, spec in dict(value).items()}
 
@@ -52,7 +57,7 @@ class Recipe:
     """
 
     slots: Mapping[str, ComponentSpec] = attrs.field(converter=_freeze_slots)
-    plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=tuple)
+    plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=_as_specs)
     help: str = ""
 
     def __attrs_post_init__(self) -> None:

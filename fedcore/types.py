@@ -6,7 +6,7 @@ tensors mean. Records that describe a decision are frozen; the few that carry st
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -16,6 +16,11 @@ from torch import nn
 from fedcore.stash import Stash
 
 TensorDict = dict[str, torch.Tensor]
+
+
+def _as_names(value: Iterable[str]) -> tuple[str, ...]:
+    """``tuple`` as a typed converter (mypy's attrs plugin cannot bind ``tuple``'s type variable)."""
+    return tuple(value)
 
 
 def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
@@ -76,8 +81,8 @@ class Share:
     """
 
     module: nn.Module
-    download: tuple[str, ...] = attrs.field(converter=tuple)
-    upload: tuple[str, ...] = attrs.field(converter=tuple)
+    download: tuple[str, ...] = attrs.field(converter=_as_names)
+    upload: tuple[str, ...] = attrs.field(converter=_as_names)
     endpoint: Any = None
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)

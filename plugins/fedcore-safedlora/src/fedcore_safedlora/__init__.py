@@ -14,7 +14,8 @@ from fedcore_safedlora.plan import SAFedLoRAPlan
 from fedcore_safedlora.recipes import RECIPES
 from fedcore_safedlora.stage_share import StageShare
 from fedcore_safedlora.stage_update import StageUpdate
-from fedcore_safedlora.training import EpochsUpdate, Trainer, train_trainable  # train_trainable: deprecated
+from fedcore_safedlora.training import EpochsUpdate, Trainer
+from fedcore_safedlora.training import train_trainable as train_trainable  # deprecated, not in __all__
 
 __all__ = [
     "RECIPES", "BitFitShare", "EpochsUpdate", "FedPerShare", "FromScratch", "FullShare", "LocalShare", "PersonalEval",

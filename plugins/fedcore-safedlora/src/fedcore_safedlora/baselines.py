@@ -27,7 +27,7 @@ from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_lora import matching_keys, subset_share
-from fedcore_safedlora.training import EpochsUpdate
+from fedcore_safedlora.training import Trainer
 
 
 def reinitialise(model: nn.Module, seed: int) -> None:
@@ -35,10 +35,12 @@ def reinitialise(model: nn.Module, seed: int) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for module in model.modules():
-            if hasattr(module, "reset_parameters") and module is not model:
-                module.reset_parameters()
-        if hasattr(model, "init_weights"):
-            model.init_weights()
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset) and module is not model:
+                reset()
+        init_weights = getattr(model, "init_weights", None)
+        if callable(init_weights):
+            init_weights()
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -178,8 +180,10 @@ class LocalShare(_PersonalChecks):
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class PersonalUpdate(EpochsUpdate):
-    """Train like :class:`EpochsUpdate`, then keep the share's personal entries (``meta["personal"]``) on the client."""
+class PersonalUpdate(Trainer):
+    """Train ``epochs`` epochs, then keep the share's personal entries (``meta["personal"]``) on the client."""
+
+    epochs: int = setting(2, low=1, help="local epochs per round")
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,

@@ -123,7 +123,8 @@ class SAFedLoRAPlan:
     def fedcore_run_start(self, run: fedcore.RunContext) -> None:
         model = run.server.model
         if not has_lora(model):  # fail before any training, not at the stage switch
-            targets = find_targets(model, self.lora_target_modules, setting=f"{type(self).__name__}.lora_target_modules")
+            name = type(self).__name__
+            targets = find_targets(model, self.lora_target_modules, setting=f"{name}.lora_target_modules")
             check_rank(model, targets, self.r_a, setting=f"{type(self).__name__}.r_a")
 
     @fedcore.hookimpl
@@ -171,4 +172,5 @@ class SAFedLoRAPlan:
     @fedcore.hookimpl
     def fedcore_collect_metrics(self, ctx: fedcore.RoundContext) -> dict[str, float]:
         model = ctx.server.model
-        return {"stage": float(self.stage(ctx.round)), "lora_rank": float(current_rank(model)) if has_lora(model) else 0.0}
+        rank = float(current_rank(model)) if has_lora(model) else 0.0
+        return {"stage": float(self.stage(ctx.round)), "lora_rank": rank}

@@ -14,7 +14,7 @@ _PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
 
 RECIPES: dict[str, Recipe] = {
     "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",),
-                         help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA at an annealed rank"),
+                         help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
     "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 8, "r_b": 8},),
                       help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = 8 from round 0"),
     "fedfft": Recipe(slots={"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},

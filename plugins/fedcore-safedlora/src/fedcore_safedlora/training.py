@@ -7,7 +7,6 @@ Eq. 5), optional gradient-norm clipping (ViT-FL lineage).
 """
 from __future__ import annotations
 
-from typing import Any
 import warnings
 
 import attrs

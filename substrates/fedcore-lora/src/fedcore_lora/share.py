@@ -71,7 +71,8 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
     if not has_lora(model):
         raise ValueError(f"the global {type(model).__name__} has no LoRA adapters: inject them at the stage "
                          f"switch (fedcore_lora.inject_lora, e.g. from fedcore_round_start) before sharing them")
-    keys = adapter_keys(model) + [k for k in matching_keys(model, extra, setting="extra") if k not in adapter_keys(model)]
+    adapters = adapter_keys(model)
+    keys = adapters + [k for k in matching_keys(model, extra, setting="extra") if k not in adapters]
     params = dict(model.named_parameters())
     keys = [k for k in keys if k in params]  # buffers never train
     download = list(model.state_dict()) if download_all else None
