@@ -7,7 +7,7 @@ settings by naming it again: ``fedcore.recipe("sa-fedlora", plugins=[{"name": "s
 """
 from __future__ import annotations
 
-from fedcore.recipes import Recipe
+from fedcore import Recipe
 
 _LORA = {"split": "sa-fedlora-share", "local_update": "sa-fedlora-sgd", "aggregate": "staleness-mean"}
 _PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
