@@ -37,14 +37,27 @@ def changed_rows(result):
 
 
 @pytest.mark.parametrize("schedule", ["buffered", "semi-async"])
-def test_stale_updates_across_stage_switch_and_rank_drop_do_not_crash(schedule):
-    """The issue's two crashes: a stage-1 update arriving in stage 2, a rank-3 update after the drop to 2."""
+def test_stale_updates_across_stage_switch_and_rank_drop_do_not_crash(schedule, monkeypatch):
+    """The issue's two crashes: a stage-1 update arriving in stage 2, a rank-3 update after the drop to 2.
+
+    With 0.1's SAFedLoRA the same run failed (ValueError: all clients of a round must share one rank)."""
+    from fedcore_safedlora import SAFedLoRAPlan
+
+    resized = []
+    real = SAFedLoRAPlan.resize
+
+    def recording(self, tensors, model, rank):  # the real resize, noting which ranks it saw
+        resized.append((sorted({v.shape[0] for k, v in tensors.items() if ".lora_A." in k}), rank))
+        return real(self, tensors, model, rank)
+
+    monkeypatch.setattr(SAFedLoRAPlan, "resize", recording)
     result = run(fedcore.recipe("sa-fedlora", schedule=SCHEDULES[schedule], plugins=[PLAN], local_update=UPDATE))
     rows = result.history.rows
     assert len(rows) == 6 and current_rank(result.model) == 2
     reasons = [e["reason"] for e in changed_rows(result)]
     assert all("made for stage 1, the model is in stage 2" in r for r in reasons)
     assert reasons, "the slow client's stage-1 update must arrive after the switch and be dropped with a reason"
+    assert ([3], 2) in resized, "a rank-3 update must arrive after the drop to rank 2 and be truncated"
     used = sum(len(r["clients"]) for r in rows)
     assert used > 0 and all(torch.isfinite(v).all() for v in result.model.state_dict().values())
 
