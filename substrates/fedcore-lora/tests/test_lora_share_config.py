@@ -3,8 +3,8 @@ import json
 import textwrap
 
 import pytest
-import torch
 from safetensors.torch import load_file
+import torch
 
 import fedcore
 from fedcore.cli import main
