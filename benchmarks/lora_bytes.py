@@ -38,7 +38,7 @@ def main() -> None:
         base = micro_vit(num_classes=5, **kw)
         n_params = sum(p.numel() for p in base.parameters())
         head = sum(p.numel() for n, p in base.named_parameters() if n.startswith("head."))
-        down, up = one_round({"plugins": [{"name": "fedfft", "epochs": 1}]}, base)
+        down, up = one_round({"recipe": "fedfft", "local_update": {"epochs": 1}}, base)
         analytic_full = S * 4 * n_params
         print(f"{label:18s} {'full':10s} {down:14d} {up:12d} {analytic_full:13d} {str(down == up == analytic_full):>5s} "
               f"{1.0:8.4f}")
@@ -48,7 +48,8 @@ def main() -> None:
             probe = micro_vit(num_classes=5, **kw)
             inject_lora(probe, rank=1)
             per_rank = lora_numel_per_rank(probe)
-            config = {"plugins": [{"name": "fedlora", "r_a": r, "r_b": r, "t2_rounds": 2, "e2_local_epochs": 1}]}
+            config = {"recipe": "fedlora", "local_update": {"e2_local_epochs": 1},
+                      "plugins": [{"name": "sa-fedlora-plan", "r_a": r, "r_b": r, "t2_rounds": 2}]}
             down, up = one_round(config, model)
             analytic = S * 4 * (r * per_rank + head)
             print(f"{label:18s} {'lora r=' + str(r):10s} {down:14d} {up:12d} {analytic:13d} "

@@ -12,11 +12,13 @@ from fedcore.models.pretrain import pretrained_for_target
 torch.set_num_threads(1)
 train, test = load_digits(classes=(5, 6, 7, 8, 9))
 model, info = pretrained_for_target("micro-vit")  # cached after the first call
-pipe = fedcore.Pipeline.from_config({
-    "partition": {"name": "dirichlet", "alpha": 0.5, "min_size": 20},
-    "plugins": [{"name": "sa-fedlora", "t1_rounds": 1, "e1_local_epochs": 5, "t2_rounds": 9, "e2_local_epochs": 2,
-                 "r_a": 6, "r_b": 4, "t_a": 1, "t_b": 5, "scheduler": "cubic"}],
-})
+pipe = fedcore.recipe(  # SA-FedLoRA's components; each setting goes to the one component that owns it
+    "sa-fedlora",
+    partition={"name": "dirichlet", "alpha": 0.5, "min_size": 20},
+    local_update={"e1_local_epochs": 5, "e2_local_epochs": 2},
+    plugins=[{"name": "sa-fedlora-plan", "t1_rounds": 1, "t2_rounds": 9, "r_a": 6, "r_b": 4, "t_a": 1, "t_b": 5,
+              "scheduler": "cubic"}],
+)
 result = pipe.run(model=model, train=train, test=test, num_clients=5, rounds=10, seed=0)
 for row in result.history.rows:
     print(f"round {row['round']:2d}  stage {int(row['stage'])}  rank {int(row['lora_rank'])}  "

@@ -26,26 +26,31 @@ from fedcore.models.pretrain import pretrained_for_target
 from fedcore_safedlora.costs import GIB, MIB, converged_cost, cost_to_target, reduction
 
 ROUNDS = 20
-LORA = dict(t2_rounds=ROUNDS, e2_local_epochs=2, r_a=6, r_b=4, t_a=2, t_b=10, lora_init_std=None)
-SA = dict(LORA, t1_rounds=1, e1_local_epochs=10, mu=0.01)
+PLAN = dict(t2_rounds=ROUNDS, r_a=6, r_b=4, t_a=2, t_b=10, lora_init_std=None)
+
+
+def _lora(update: dict, **plan) -> dict:
+    return {"recipe": "sa-fedlora", "local_update": update, "plugins": [dict(plan, name="sa-fedlora-plan")]}
 
 
 def methods(rounds: int) -> dict[str, dict]:
-    """Method name -> (pipeline plugins config, model kind). Every method runs ``rounds`` rounds in all."""
-    sa = dict(SA, t2_rounds=rounds - SA["t1_rounds"])
-    lora = dict(LORA, t2_rounds=rounds)
+    """Method name -> (pipeline config: a recipe with settings per component, model kind); ``rounds`` rounds in all."""
+    sa_update = {"e1_local_epochs": 10, "mu": 0.01, "e2_local_epochs": 2}
+    sa = dict(PLAN, t1_rounds=1, t2_rounds=rounds - 1)
+    lora = dict(PLAN, t2_rounds=rounds, t1_rounds=0)
+    epochs = {"local_update": {"epochs": 2}}
     return {
-        "Local": {"plugins": [{"name": "local", "epochs": 2}], "model": "pretrained"},
-        "FedAvg (scratch)": {"plugins": [{"name": "fedavg-scratch", "epochs": 2}], "model": "scratch"},
-        "FedPer (scratch)": {"plugins": [{"name": "fedper", "epochs": 2}], "model": "scratch"},
-        "FedFFT": {"plugins": [{"name": "fedfft", "epochs": 2}], "model": "pretrained"},
-        "FedBit": {"plugins": [{"name": "fedbit", "epochs": 2}], "model": "pretrained"},
-        "M1 FedLoRA r=4": {"plugins": [dict(lora, name="sa-fedlora", t1_rounds=0, r_a=4, r_b=4)], "model": "pretrained"},
-        "M2 annealing only": {"plugins": [dict(lora, name="sa-fedlora", t1_rounds=0)], "model": "pretrained"},
-        "M3 initiating only": {"plugins": [dict(sa, name="sa-fedlora", r_a=4, r_b=4)], "model": "pretrained"},
-        "SA-FedLoRA cubic": {"plugins": [dict(sa, name="sa-fedlora", scheduler="cubic")], "model": "pretrained"},
-        "SA-FedLoRA linear": {"plugins": [dict(sa, name="sa-fedlora", scheduler="linear")], "model": "pretrained"},
-        "SA-FedLoRA cosine": {"plugins": [dict(sa, name="sa-fedlora", scheduler="cosine")], "model": "pretrained"},
+        "Local": {"pipeline": {"recipe": "local", **epochs}, "model": "pretrained"},
+        "FedAvg (scratch)": {"pipeline": {"recipe": "fedavg-scratch", **epochs}, "model": "scratch"},
+        "FedPer (scratch)": {"pipeline": {"recipe": "fedper", **epochs}, "model": "scratch"},
+        "FedFFT": {"pipeline": {"recipe": "fedfft", **epochs}, "model": "pretrained"},
+        "FedBit": {"pipeline": {"recipe": "fedbit", **epochs}, "model": "pretrained"},
+        "M1 FedLoRA r=4": {"pipeline": _lora(sa_update, **dict(lora, r_a=4, r_b=4)), "model": "pretrained"},
+        "M2 annealing only": {"pipeline": _lora(sa_update, **lora), "model": "pretrained"},
+        "M3 initiating only": {"pipeline": _lora(sa_update, **dict(sa, r_a=4, r_b=4)), "model": "pretrained"},
+        "SA-FedLoRA cubic": {"pipeline": _lora(sa_update, **dict(sa, scheduler="cubic")), "model": "pretrained"},
+        "SA-FedLoRA linear": {"pipeline": _lora(sa_update, **dict(sa, scheduler="linear")), "model": "pretrained"},
+        "SA-FedLoRA cosine": {"pipeline": _lora(sa_update, **dict(sa, scheduler="cosine")), "model": "pretrained"},
     }
 
 
@@ -55,7 +60,7 @@ def run_one(spec: dict, seed: int, rounds: int, alpha: float, clients: int) -> l
         model, _ = pretrained_for_target("micro-vit", head_seed=seed)
     else:
         model = micro_vit(num_classes=5)
-    config = {"partition": {"name": "dirichlet", "alpha": alpha, "min_size": 20}, "plugins": spec["plugins"]}
+    config = {"partition": {"name": "dirichlet", "alpha": alpha, "min_size": 20}, **spec["pipeline"]}
     result = fedcore.Pipeline.from_config(config).run(model=model, train=train, test=test, num_clients=clients,
                                                       rounds=rounds, seed=seed)
     return [dict(r) for r in result.history.rows]

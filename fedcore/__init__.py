@@ -33,6 +33,7 @@ from fedcore.types import (  # noqa: E402
     ClientInfo,
     ClientState,
     ClientUpdate,
+    DropUpdate,
     Partition,
     ServerState,
     Share,
@@ -41,7 +42,7 @@ from fedcore.types import (  # noqa: E402
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState",
     "ClientUpdate",
-    "ConfigError", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
+    "ConfigError", "DropUpdate", "FedcoreError", "Ledger", "MissingSlotError", "Partition", "Pipeline",
     "PluginConflictError", "Recipe", "RoundContext", "RunContext", "ServerState", "Share", "SlotConflictError", "Stash",
     "StashKey", "Transfer", "UnknownComponentError",
     "__version__", "get", "hookimpl", "list_components", "list_plugins", "plugins", "recipe",

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 # distribution -> (import package, {kind: names it registers})
 DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-split": ("fedcore_split", {"component": ("sl", "splitfed-v1", "splitfed-v2", "split-eval")}),
-    "fedcore-lora": ("fedcore_lora", {"component": ("lora-share",)}),
+    "fedcore-lora": ("fedcore_lora", {"component": ("lora-share", "staleness-mean", "lora-product-svd")}),
     "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",)}),
     "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv", "fedvz", "paired-test")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
-        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local",
-                      "personal-eval"),
+        "component": ("sa-fedlora-plan", "sa-fedlora-share", "sa-fedlora-sgd", "full-share", "bitfit-share",
+                      "fedper-share", "local-share", "from-scratch", "safedlora-sgd", "personal-sgd", "personal-eval"),
+        "recipe": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
     "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",)}),
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {

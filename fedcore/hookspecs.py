@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
         ClientInfo,
         ClientState,
         ClientUpdate,
+        DropUpdate,
         Partition,
         Share,
     )
@@ -207,6 +208,20 @@ def fedcore_client_done(client: ClientInfo, update: ClientUpdate, ctx: RoundCont
     """A client's update arrived at the server (accepted or not, before aggregation)."""
 
 
+@hookspec(firstresult=True)
+def fedcore_adapt_update(update: ClientUpdate, model: nn.Module, ctx: RoundContext
+                         ) -> ClientUpdate | DropUpdate | None:
+    """A stale update arrived (made on an older global version): adapt it to the current global ``model``.
+
+    Called for every update with ``update.version < ctx.server.version``, before the aggregator sees it.
+    ``update.share_signature`` is the ``Share.signature`` of the share it was made for. Return a new
+    :class:`ClientUpdate` (LoRA factors truncated or zero-padded to the current rank), a
+    :class:`DropUpdate` with a reason for the history row (``"made for stage 1, the model is in stage 2"``),
+    or ``None`` for no opinion. The first answer wins. Without one, the engine drops an update whose
+    entries or shapes no longer match the global model, with a reason, and passes the others on.
+    """
+
+
 @hookspec
 def fedcore_collect_metrics(ctx: RoundContext) -> Mapping[str, float] | None:
     """Contribute extra metrics to the round's history row; a key given twice is an error."""
@@ -239,6 +254,7 @@ OBSERVER_HOOKS: tuple[str, ...] = (
     "fedcore_run_start",
     "fedcore_round_start",
     "fedcore_client_done",
+    "fedcore_adapt_update",
     "fedcore_collect_metrics",
     "fedcore_round_end",
     "fedcore_run_end",

@@ -32,6 +32,7 @@ from fedcore.types import (
     ClientInfo,
     ClientState,
     ClientUpdate,
+    DropUpdate,
     Partition,
     Share,
 )
@@ -129,6 +130,14 @@ class Hooks:
 
     def fedcore_client_done(self, *, client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
         self._pm.hook.fedcore_client_done(client=client, update=update, ctx=ctx)
+
+    def fedcore_adapt_update(self, *, update: ClientUpdate, model: nn.Module, ctx: RoundContext
+                             ) -> ClientUpdate | DropUpdate | None:
+        """The first component's answer for a stale update (``None``: nobody adapts it)."""
+        answer = self._pm.hook.fedcore_adapt_update(update=update, model=model, ctx=ctx)
+        if answer is not None and not isinstance(answer, (ClientUpdate, DropUpdate)):
+            raise TypeError(f"fedcore_adapt_update returned {answer!r}; expected a ClientUpdate, a DropUpdate or None")
+        return answer
 
     def fedcore_collect_metrics(self, *, ctx: RoundContext) -> dict[str, float]:
         """Every contribution (after any wrappers), merged in pipeline order; a key given twice is an error."""

@@ -165,6 +165,11 @@ def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> En
                     f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import: "
                     f"{cause}\n{p.error}\n(if you just installed it in this process, restart the process)"
                 ) from exc
+        if kind == "component" and (name in cat.registry.names("recipe")):  # 0.1 names that became recipes
+            raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=(
+                f"{name!r} is a recipe (a preset pipeline of components), not a component: write recipe = {name!r} "
+                f"in TOML or fedcore.recipe({name!r}) in Python, and give settings to the slot that owns them "
+                f"(fedcore describe {name})")) from None
         if package and not any(p.distribution == package for p in cat.plugins.values()):
             raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=_not_loaded(package, cat)) from None
         available, note = exc.available, ""

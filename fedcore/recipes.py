@@ -13,11 +13,13 @@ server optimizer over LoRA factors) without touching the rest::
 
 An override of a slot is a component name, a table with ``name`` (replace the component), a table
 without ``name`` (keep the recipe's component, change some of its settings) or a component instance.
-``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order.
+``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order; a given plugin
+named like one of the recipe's changes that one's settings instead (``plugins = [{name = "sa-fedlora-plan",
+r_a = 4}]``).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -37,6 +39,11 @@ def _check_spec(spec: Any, where: str) -> None:
                       f"got {spec!r}")
 
 
+def _as_specs(value: Iterable[ComponentSpec]) -> tuple[ComponentSpec, ...]:
+    """``tuple`` as a typed converter (mypy's attrs plugin cannot bind ``tuple``'s type variable)."""
+    return tuple(value)
+
+
 def _freeze_slots(value: Mapping[str, Any]) -> dict[str, Any]:
     return {slot: spec if isinstance(spec, str) else dict(spec) for slot, spec in dict(value).items()}
 
@@ -50,7 +57,7 @@ class Recipe:
     """
 
     slots: Mapping[str, ComponentSpec] = attrs.field(converter=_freeze_slots)
-    plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=tuple)
+    plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=_as_specs)
     help: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -85,7 +92,15 @@ class Recipe:
         extra = overrides.get("plugins", [])
         if not isinstance(extra, Sequence) or isinstance(extra, (str, bytes)):
             raise ConfigError(f"pipeline.plugins must be a list of components, got {extra!r}")
-        plugins = [_copy(p) for p in self.plugins] + list(extra)
+        plugins = [_copy(p) for p in self.plugins]
+        for spec in extra:  # naming one of the recipe's plugins again changes its settings
+            same = [i for i, p in enumerate(plugins) if _name(p) is not None and _name(p) == _name(spec)]
+            if same and isinstance(spec, (str, Mapping)):
+                old = plugins[same[0]]
+                plugins[same[0]] = {**({"name": old} if isinstance(old, str) else old),
+                                    **({"name": spec} if isinstance(spec, str) else dict(spec))}
+            else:
+                plugins.append(spec)
         if plugins:
             config["plugins"] = plugins
         return config
@@ -94,6 +109,12 @@ class Recipe:
         """Plain data: the slots and plugins the recipe names (for ``fedcore describe``)."""
         return {"slots": {s: _copy(v) for s, v in self.slots.items()}, "plugins": [_copy(p) for p in self.plugins],
                 "help": self.help}
+
+
+def _name(spec: Any) -> str | None:
+    if isinstance(spec, str):
+        return spec
+    return spec.get("name") if isinstance(spec, Mapping) else None
 
 
 def _copy(spec: Any) -> Any:

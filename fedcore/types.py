@@ -77,7 +77,10 @@ class Share:
     holds everything it runs. ``meta`` records the shape of the share (cut layer, rank, mask)
     for the cost model and the history, and reaches the aggregator as ``ClientUpdate.meta`` (a sliced
     submodel's index map, a client's LoRA rank). ``kinds`` labels entries that are not weights (features,
-    logits) with their ledger kind; unlisted entries cross as ``weights``.
+    logits) with their ledger kind; unlisted entries cross as ``weights``. ``signature`` names the version
+    of the share's shape (a LoRA share: its stage and rank); the engine copies it into
+    ``ClientUpdate.share_signature`` so that ``fedcore_adapt_update`` can tell a stale update made for another
+    share. ``None``: a share whose shape never changes.
     """
 
     module: nn.Module
@@ -86,6 +89,7 @@ class Share:
     endpoint: Any = None
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
+    signature: str | None = None
 
     def trainable(self) -> tuple[str, ...]:
         return tuple(n for n, p in self.module.named_parameters() if p.requires_grad)
@@ -111,8 +115,9 @@ class ClientUpdate:
     the engine keeping copies), ``num_examples`` the weight for sample-weighted averaging.
     The engine fills in the rest on the server: ``client_id`` (a local update need not pass it; ``-1``
     until then), ``base`` (from what the server sent), ``version`` (the global version the client started
-    from), ``staleness``, and the share's ``meta`` under the update's own ``meta`` (the update's keys win).
-    Build one from a trained share with :meth:`from_share`.
+    from), ``staleness``, the share's ``meta`` under the update's own ``meta`` (the update's keys win) and
+    ``share_signature`` (the ``Share.signature`` of the share it was made for). Build one from a trained share
+    with :meth:`from_share`.
     """
 
     client_id: int = -1
@@ -123,6 +128,7 @@ class ClientUpdate:
     version: int = 0
     staleness: int = 0
     meta: Mapping[str, Any] = attrs.field(factory=dict)
+    share_signature: str | None = None
 
     @classmethod
     def from_share(cls, share: Share, values: nn.Module | Mapping[str, torch.Tensor] | None = None, *,
@@ -149,6 +155,13 @@ class ClientUpdate:
         if missing:
             raise KeyError(f"update of client {self.client_id} has no base value for {missing}")
         return {k: v - self.base[k] for k, v in self.tensors.items()}
+
+
+@attrs.frozen(kw_only=True)
+class DropUpdate:
+    """A ``fedcore_adapt_update`` answer: the stale update cannot be used; ``reason`` lands in the history row."""
+
+    reason: str
 
 
 @attrs.frozen(kw_only=True)
@@ -209,6 +222,7 @@ class ServerState:
 
 
 __all__ = [
-    "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "Partition", "ServerState",
+    "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "Partition",
+    "ServerState",
     "Share", "TensorDict"
 ]

@@ -389,3 +389,45 @@ def test_observers_do_not_need_every_argument():
     m = Minimal()
     run_tiny_pipeline([m], rounds=2)
     assert m.seen == [1, 1]
+
+
+def test_hook_fedcore_adapt_update():
+    """Under async, a stale update made for a model that has since shrunk: the first adapter's answer is used;
+    without one the engine drops it with a reason in the row (never a crash in the aggregator)."""
+    from fedcore.runtime import DeviceProfile, SimClock
+
+    fast = DeviceProfile(name="fast", flops=1e9, up_bps=1e6, down_bps=1e6, memory_bytes=2**30)
+    clock = dict(clock=SimClock({"fast": fast, "slow": fast.scaled(speed=0.05, bandwidth=0.05, name="slow")}),
+                 profiles=["fast", "fast", "slow"], rounds=4)
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class Shrink:
+        @fedcore.hookimpl
+        def fedcore_round_start(self, ctx):
+            if ctx.round == 1:
+                ctx.server.model = tiny_mlp(num_classes=4, hidden=8)
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class Adapter:
+        answer: str
+
+        @fedcore.hookimpl
+        def fedcore_adapt_update(self, update, model, ctx):
+            assert update.staleness == ctx.server.version - update.version > 0
+            if self.answer == "drop":
+                return fedcore.DropUpdate(reason="made for the wide model")
+            own = model.state_dict()
+            return attrs.evolve(update, tensors={k: v[tuple(slice(0, n) for n in own[k].shape)]
+                                                 for k, v in update.tensors.items()}, base={})
+
+    def stale_events(adapter):
+        result, _ = _run([Shrink(), fedcore.get("async")(), *adapter], **clock)
+        rows = result.history.rows
+        return [e for r in rows for e in r.get("share_changed", [])], sum(r.get("max_staleness", 0) for r in rows)
+
+    default, _ = stale_events([])
+    assert default and all("no longer fits" in e["reason"] and "has shape" in e["reason"] for e in default)
+    dropped, _ = stale_events([Adapter(answer="drop")])
+    assert dropped and {e["reason"] for e in dropped} == {"made for the wide model"}
+    adapted, stale_used = stale_events([Adapter(answer="slice")])
+    assert adapted == [] and stale_used > 0  # sliced stale updates were aggregated

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from fedcore.contexts import RoundContext
+from fedcore.engine.stale import settle
 from fedcore.engine.validate import update_problem
 from fedcore.network import Transfer
-from fedcore.types import ClientUpdate
+from fedcore.types import ClientUpdate, DropUpdate
 
 if TYPE_CHECKING:
     from fedcore.engine.loop import Engine
@@ -118,6 +119,12 @@ def arrive(engine: Engine, item: InFlight, ctx: RoundContext) -> None:
         engine.events["rejected"].append({"client": cid, "reason": problem})
         log.warning("round %s: rejected the update of client %s: %s", ctx.round, cid, problem)
     else:
-        engine.arrival_times[len(engine.arrived)] = item.arrival - item.dispatched_at  # keyed by position: a
-        engine.arrived.append(attrs.evolve(update, staleness=run.server.version - update.version))  # client may repeat
+        dated = attrs.evolve(update, staleness=run.server.version - update.version)
+        settled = settle(engine.hooks, dated, run.server.model, ctx) if dated.staleness else dated
+        if isinstance(settled, DropUpdate):
+            engine.events["share_changed"].append({"client": cid, "reason": settled.reason})
+            log.info("round %s: dropped the stale update of client %s: %s", ctx.round, cid, settled.reason)
+        else:
+            engine.arrival_times[len(engine.arrived)] = item.arrival - item.dispatched_at  # keyed by position: a
+            engine.arrived.append(settled)  # client may repeat
     engine.hooks.fedcore_client_done(client=client, update=update, ctx=ctx)

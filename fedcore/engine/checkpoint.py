@@ -93,7 +93,8 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
             item["update"] = {"client_id": update.client_id, "tensors": dict(update.tensors),
                               "base": dict(update.base), "num_examples": update.num_examples,
                               "metrics": dict(update.metrics), "version": update.version,
-                              "staleness": update.staleness, "meta": dict(update.meta)}
+                              "staleness": update.staleness, "meta": dict(update.meta),
+                              "share_signature": update.share_signature}
     state = {
         "format": FORMAT,
         "round": server.version,

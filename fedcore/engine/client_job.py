@@ -145,7 +145,7 @@ def _upload(job: ClientJob, outcome: ClientUpdate | ClientFailed, work: dict[str
         try:
             sent = send_entries(job.channel.up, outcome.tensors, job.share.kinds)
             update = attrs.evolve(outcome, tensors=sent, version=job.version, client_id=job.client.id,
-                                  meta={**job.share.meta, **outcome.meta})
+                                  meta={**job.share.meta, **outcome.meta}, share_signature=job.share.signature)
             job.state.rounds_participated += 1
         except Exception:  # an unsendable update is this client's failure
             update, error = None, traceback.format_exc()

@@ -13,7 +13,7 @@ from fedcore.types import AggregateResult, ClientUpdate
 if TYPE_CHECKING:
     from fedcore.engine.loop import Engine
 
-EVENT_KEYS = ("failed", "rejected", "dropped", "cancelled", "unavailable", "dropout", "lost")
+EVENT_KEYS = ("failed", "rejected", "dropped", "share_changed", "cancelled", "unavailable", "dropout", "lost")
 """History-row keys for what happened to clients in a round (present only when non-empty)."""
 
 

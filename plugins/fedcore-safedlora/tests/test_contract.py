@@ -4,7 +4,20 @@ import torch
 from fedcore_lora import inject_lora
 from fedcore.models import micro_vit
 from fedcore.testing import ContractFixture, parametrize_with_checks
-from fedcore_safedlora import FedAvgScratch, FedBit, FedFFT, FedLoRA, FedPer, Local, PersonalEval, SAFedLoRA
+from fedcore_lora import StalenessMean
+from fedcore_safedlora import (
+    BitFitShare,
+    EpochsUpdate,
+    FedPerShare,
+    FromScratch,
+    FullShare,
+    LocalShare,
+    PersonalEval,
+    PersonalUpdate,
+    SAFedLoRAPlan,
+    StageShare,
+    StageUpdate,
+)
 
 torch.set_num_threads(1)
 
@@ -21,19 +34,22 @@ def vit_with_lora():
 
 
 VIT = ContractFixture(model_factory=vit)
-FAST = dict(e1_local_epochs=1, e2_local_epochs=1, t2_rounds=4, r_a=2, r_b=2, t_a=1, t_b=2)
+FAST = dict(t2_rounds=4, r_a=2, r_b=2, t_a=1, t_b=2)
 
 
 @parametrize_with_checks(
-    [SAFedLoRA(**FAST), SAFedLoRA(**FAST, aggregation_mode="product_svd"), FedFFT(epochs=1), FedAvgScratch(epochs=1),
-     FedBit(epochs=1), FedPer(epochs=1), Local(epochs=1), PersonalEval()],
+    [SAFedLoRAPlan(**FAST), StageShare(), StageUpdate(e1_local_epochs=1, e2_local_epochs=1), FullShare(),
+     FromScratch(), BitFitShare(), EpochsUpdate(epochs=1), FedPerShare(), LocalShare(), PersonalUpdate(epochs=1),
+     PersonalEval()],
     fixture=VIT)
 def test_contract(component, check):
     check(component)
 
 
 # the LoRA stage (round 0 with t1_rounds=0) on a global model that already carries adapters
-@parametrize_with_checks([FedLoRA(**dict(FAST, t1_rounds=0)), SAFedLoRA(**dict(FAST, t1_rounds=0, truncation="slice"))],
+@parametrize_with_checks([SAFedLoRAPlan(**dict(FAST, t1_rounds=0)),
+                          SAFedLoRAPlan(**dict(FAST, t1_rounds=0, truncation="slice")), StageShare(),
+                          StageUpdate(e1_local_epochs=1, e2_local_epochs=1), StalenessMean()],
                          fixture=ContractFixture(model_factory=vit_with_lora))
 def test_contract_lora_stage(component, check):
     check(component)

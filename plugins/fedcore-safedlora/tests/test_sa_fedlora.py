@@ -9,7 +9,7 @@ from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore.models import micro_vit, tiny_mlp
 from fedcore.training import train_epochs
 from fedcore.types import ClientData
-from fedcore_safedlora import SAFedLoRA, converged_cost, convergence_round, cost_to_target, reduction
+from fedcore_safedlora import SAFedLoRAPlan, converged_cost, convergence_round, cost_to_target, reduction
 
 torch.set_num_threads(1)
 S = 3
@@ -25,9 +25,37 @@ def data():
     return full.subset(range(60)), full.subset(range(60, 90))
 
 
+PLAN_KEYS = {"t1_rounds", "t2_rounds", "r_a", "r_b", "t_a", "t_b", "scheduler", "cosine_n", "rank_rounding",
+             "truncation", "lora_target_modules", "lora_init_std"}
+SHARE_KEYS = {"train_head_in_lora_stage", "head_pattern", "count_transition_broadcast"}
+
+
+def as_recipe(config):
+    """A 0.1 config (one multi-slot component under plugins) as its recipe, each setting to its component."""
+    config = dict(config)
+    (spec,) = config.pop("plugins")
+    spec = dict(spec)
+    name = spec.pop("name")
+    if spec.pop("aggregation_mode", "factors") == "product_svd":
+        config["aggregate"] = "lora-product-svd"
+    plan = {k: spec.pop(k) for k in list(spec) if k in PLAN_KEYS}
+    if plan:
+        config["plugins"] = [{"name": "sa-fedlora-plan", **plan}]
+    share = {k: spec.pop(k) for k in list(spec) if k in SHARE_KEYS}
+    if share:
+        config["split"] = share
+    if spec:
+        config["local_update"] = spec
+    return {"recipe": name, **config}
+
+
+def plan_of(settings):
+    return SAFedLoRAPlan(**{k: v for k, v in settings.items() if k in PLAN_KEYS})
+
+
 def run(config, rounds, model=None):
     train, test = data()
-    pipe = fedcore.Pipeline.from_config(config)
+    pipe = fedcore.Pipeline.from_config(as_recipe(config))
     return pipe.run(model=model or vit(), train=train, test=test, num_clients=S, rounds=rounds, seed=0)
 
 
@@ -36,26 +64,26 @@ FAST = dict(name="sa-fedlora", t1_rounds=1, e1_local_epochs=1, t2_rounds=4, e2_l
 
 
 def test_settings_validation_names_the_setting():
-    with pytest.raises(ConfigError, match=r"SAFedLoRA.r_b=9 > SAFedLoRA.r_a=8"):
-        SAFedLoRA(r_a=8, r_b=9)
-    with pytest.raises(ConfigError, match=r"SAFedLoRA.t_a=5 > SAFedLoRA.t_b=3"):
-        SAFedLoRA(t_a=5, t_b=3)
+    with pytest.raises(ConfigError, match=r"SAFedLoRAPlan.r_b=9 > SAFedLoRAPlan.r_a=8"):
+        SAFedLoRAPlan(r_a=8, r_b=9)
+    with pytest.raises(ConfigError, match=r"SAFedLoRAPlan.t_a=5 > SAFedLoRAPlan.t_b=3"):
+        SAFedLoRAPlan(t_a=5, t_b=3)
     with pytest.raises(ConfigError, match=r"t_b=10 must be < t2_rounds=10"):
-        SAFedLoRA(t2_rounds=10, t_a=2, t_b=10)
+        SAFedLoRAPlan(t2_rounds=10, t_a=2, t_b=10)
     with pytest.raises(ConfigError, match="t1_rounds"):
-        SAFedLoRA(t1_rounds=-1)
+        SAFedLoRAPlan(t1_rounds=-1)
     with pytest.raises(ConfigError, match="scheduler"):
-        SAFedLoRA(scheduler="exponential")
+        SAFedLoRAPlan(scheduler="exponential")
     with pytest.warns(UserWarning, match="1.5"):
-        SAFedLoRA(r_a=16, r_b=8)
-    assert SAFedLoRA(t2_rounds=80).phase_bounds == (2, 12)  # spec defaults 0.025*T2, 0.15*T2
-    assert SAFedLoRA(t2_rounds=50).phase_bounds == (1, 8)
+        SAFedLoRAPlan(r_a=16, r_b=8)
+    assert SAFedLoRAPlan(t2_rounds=80).phase_bounds == (2, 12)  # spec defaults 0.025*T2, 0.15*T2
+    assert SAFedLoRAPlan(t2_rounds=50).phase_bounds == (1, 8)
 
 
 def test_bad_model_or_pattern_fails_before_training():
     with pytest.raises(ConfigError, match=r"lora_target_modules='nothing' matches no nn.Linear .*blocks.0.attn.qkv"):
         run({"plugins": [dict(FAST, lora_target_modules="nothing")]}, 2)
-    with pytest.raises(ConfigError, match=r"SAFedLoRA.r_a=20 exceeds min\(in_features, out_features\)=16"):
+    with pytest.raises(ConfigError, match=r"SAFedLoRAPlan.r_a=20 exceeds min\(in_features, out_features\)=16"):
         run({"plugins": [dict(FAST, r_a=20, r_b=16)]}, 2)
     with pytest.raises(ConfigError, match=r"matches no nn.Linear module of this Sequential; its linear layers are: 1, 3"):
         run({"plugins": [FAST]}, 2, model=tiny_mlp(num_classes=4))
@@ -64,24 +92,17 @@ def test_bad_model_or_pattern_fails_before_training():
 def test_head_pattern_must_match_and_ranks_must_agree():
     with pytest.raises(ConfigError, match=r"head_pattern='\^classifier' matches no entry .*top-level entries: cls_token"):
         run({"plugins": [dict(FAST, head_pattern="^classifier")]}, 1)
-    from fedcore.types import ClientUpdate
-
-    component = SAFedLoRA(**{k: v for k, v in FAST.items() if k != "name"})
-    ups = [ClientUpdate(client_id=i, num_examples=5, tensors={"x.lora_A.default.weight": torch.zeros(r, 4)})
-           for i, r in enumerate((2, 3))]
-    with pytest.raises(ValueError, match="all clients of a round must share one rank"):
-        component.fedcore_aggregate(model=vit(), updates=ups, ctx=None)
 
 
 def test_ablation_presets():
-    m1 = SAFedLoRA.ablation("M1", r_b=4, t2_rounds=10)
+    m1 = SAFedLoRAPlan.ablation("M1", r_b=4, t2_rounds=10)
     assert (m1.t1_rounds, m1.r_a, m1.r_b) == (0, 4, 4)
-    m2 = SAFedLoRA.ablation("M2", r_a=6, r_b=4, t2_rounds=10)
+    m2 = SAFedLoRAPlan.ablation("M2", r_a=6, r_b=4, t2_rounds=10)
     assert (m2.t1_rounds, m2.r_a) == (0, 6)
-    m3 = SAFedLoRA.ablation("M3", r_b=4, t2_rounds=10)
+    m3 = SAFedLoRAPlan.ablation("M3", r_b=4, t2_rounds=10)
     assert m3.t1_rounds == 3 and m3.r_a == 4
     with pytest.raises(ConfigError, match="M5"):
-        SAFedLoRA.ablation("M5")
+        SAFedLoRAPlan.ablation("M5")
 
 
 def test_round_plan_and_exact_ledger_bytes():
@@ -89,7 +110,7 @@ def test_round_plan_and_exact_ledger_bytes():
     full = sum(p.numel() for p in model.parameters())
     entries = sum(v.numel() for v in model.state_dict().values())
     head = sum(p.numel() for n, p in model.named_parameters() if n.startswith("head."))
-    component = SAFedLoRA(**{k: v for k, v in FAST.items() if k != "name"})
+    component = plan_of(FAST)
     result = run({"plugins": [FAST]}, 5, model=model)
     rows = result.history.rows
     per_rank = lora_numel_per_rank(result.model)
@@ -211,7 +232,7 @@ def test_round_start_truncates_the_global_factors(mode):
     from fedcore_lora import inject_lora, lora_layers
     from fedcore.testing import ContractFixture, build_engine, round_context
 
-    component = SAFedLoRA(**{**{k: v for k, v in FAST.items() if k != "name"}, "t1_rounds": 0, "truncation": mode})
+    component = plan_of({**FAST, "t1_rounds": 0, "truncation": mode})
     engine = build_engine([component], ContractFixture(model_factory=vit, data_factory=data, num_clients=S))
     model = engine.run_ctx.server.model
     component.fedcore_round_start(ctx=round_context(engine, 0))  # injects at r_a = 3
@@ -232,3 +253,21 @@ def test_round_start_truncates_the_global_factors(mode):
             assert torch.allclose(b @ a, (u[:, :2] * s[:2]) @ vh[:2], atol=1e-4)
         else:  # slice keeps the leading columns of B and rows of A
             assert torch.equal(b.float(), factors[n][0][:, :2]) and torch.equal(a.float(), factors[n][1][:2])
+
+
+def test_old_component_names_point_to_the_recipe():
+    with pytest.raises(fedcore.UnknownComponentError, match=r"'sa-fedlora' is a recipe .* recipe = 'sa-fedlora'"):
+        fedcore.Pipeline.from_config({"plugins": [{"name": "sa-fedlora", "r_a": 3}]})
+    import fedcore_safedlora
+
+    with pytest.raises(AttributeError, match=r"FedPer was removed in 0.2.0: the method is the recipe 'fedper'"):
+        fedcore_safedlora.FedPer  # noqa: B018
+
+
+def test_naming_a_recipe_plugin_again_changes_its_settings():
+    from fedcore.recipes import get_recipe
+
+    config = get_recipe("fedlora").config({"plugins": [{"name": "sa-fedlora-plan", "r_a": 4, "r_b": 4}]})
+    assert config["plugins"] == [{"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 4, "r_b": 4}]
+    config = get_recipe("fedlora").config({"plugins": ["from-scratch"]})
+    assert [p if isinstance(p, str) else p["name"] for p in config["plugins"]] == ["sa-fedlora-plan", "from-scratch"]

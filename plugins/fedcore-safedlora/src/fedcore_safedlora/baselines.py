@@ -1,13 +1,14 @@
-"""The paper's baselines (§4.1.3), each one component, all with the same local trainer as SA-FedLoRA.
+"""The single-slot pieces of the paper's baselines (§4.1.3); the recipes in :mod:`fedcore_safedlora.recipes`
+combine them with the same local trainer as SA-FedLoRA.
 
-* ``fedfft``         full fine-tuning of the given (pre-trained) model, full model sent both ways.
-* ``fedavg-scratch`` the same, after a seeded re-initialisation of every weight ("from scratch").
-* ``fedbit``         BitFit: only biases (+ head) are trained and sent.
-* ``fedper``         FedPer: personal layers (the head by default) stay on the client
-                     (``ClientState.tensors``) and never cross the network; from scratch as in the paper.
-* ``local``          each client trains alone; nothing crosses the network.
+* ``full-share``     (FedFFT) full fine-tuning, every entry sent down, parameters up.
+* ``from-scratch``   observer: a seeded re-initialisation of every weight before round 0 (FedAvg, FedPer).
+* ``bitfit-share``   (FedBit) only biases (+ head) are trained and sent.
+* ``fedper-share``   (FedPer) personal layers (the head by default) stay on the client and never cross the
+                     network; ``personal-sgd`` keeps them in ``ClientState.tensors``.
+* ``local-share``    (Local) each client trains its own model alone; nothing crosses the network.
 
-FedPer and Local evaluate each client's personal model (see :class:`PersonalEval`).
+FedPer and Local evaluate each client's personal model (``personal-eval``, :class:`PersonalEval`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import fedcore
 from fedcore.data import batches, labels_of
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
-from fedcore.types import ClientUpdate, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_lora import matching_keys, subset_share
 from fedcore_safedlora.training import Trainer
 
@@ -34,56 +35,46 @@ def reinitialise(model: nn.Module, seed: int) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for module in model.modules():
-            if hasattr(module, "reset_parameters") and module is not model:
-                module.reset_parameters()
-        if hasattr(model, "init_weights"):
-            model.init_weights()
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset) and module is not model:
+                reset()
+        init_weights = getattr(model, "init_weights", None)
+        if callable(init_weights):
+            init_weights()
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class _Baseline(Trainer):
-    epochs: int = setting(2, low=1, help="local epochs per round")
-    from_scratch: bool = setting(False, help="re-initialise the model (seeded) before round 0")
+class FromScratch:
+    """Re-initialise the global model (seeded) before round 0: the paper's FedAvg and FedPer "from scratch"."""
 
     @fedcore.hookimpl
-    def fedcore_round_start(self, ctx: Any) -> None:
-        if self.from_scratch and ctx.round == 0:
+    def fedcore_round_start(self, ctx: fedcore.RoundContext) -> None:
+        if ctx.round == 0:
             reinitialise(ctx.server.model, derive_seed(ctx.seed, "from-scratch-init"))
 
-    @fedcore.hookimpl
-    def fedcore_local_update(self, client: Any, share: Share, data: Any, ctx: Any) -> ClientUpdate:
-        return self.train(client, share, data, ctx, epochs=self.epochs)
-
 
 @attrs.frozen(eq=False, kw_only=True)
-class FedFFT(_Baseline):
-    """Federated full fine-tuning (FedFFT): every parameter is trained and the full model is sent both ways."""
+class FullShare:
+    """Federated full fine-tuning (FedFFT): every parameter is trained, every entry sent down, parameters up."""
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
         params = [n for n, _ in model.named_parameters()]
         return subset_share(model, client.id, ctx, params, download=list(model.state_dict()))
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class FedAvgScratch(FedFFT):
-    """FedAvg from scratch (the paper's FedAvg): a seeded random re-initialisation, then full-model FedAvg."""
-
-    from_scratch: bool = setting(True, help="re-initialise the model (seeded) before round 0")
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class FedBit(_Baseline):
+class BitFitShare:
     """FedBit (BitFit in FL): only bias vectors and the head are trained and communicated."""
 
     pattern: str = setting(r"\.bias$|^head\.", help="regex of the entries trained and sent")
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
         params = dict(model.named_parameters())
-        keys = [k for k in matching_keys(model, self.pattern, setting="FedBit.pattern") if k in params]
+        keys = [k for k in matching_keys(model, self.pattern, setting="BitFitShare.pattern") if k in params]
         if not keys:
-            raise fedcore.ConfigError(f"FedBit.pattern={self.pattern!r} matches no parameter of this "
+            raise fedcore.ConfigError(f"BitFitShare.pattern={self.pattern!r} matches no parameter of this "
                                       f"{type(model).__name__}")
         return subset_share(model, client.id, ctx, keys)
 
@@ -145,32 +136,29 @@ class PersonalEval:
         return personal_evaluate(model, dataset, clients, states, ctx, self.batch_size)
 
 
-@attrs.frozen(eq=False, kw_only=True)
-class _PersonalBaseline(_Baseline):
+class _PersonalChecks:
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
         from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
 
         return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit))  # personal entries: the ViT's head
 
-    @fedcore.hookimpl
-    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any],
-                         ctx: Any) -> dict[str, float]:
-        return personal_evaluate(model, dataset, clients, states, ctx)
-
 
 @attrs.frozen(eq=False, kw_only=True)
-class FedPer(_PersonalBaseline):
-    """FedPer: base layers are averaged; personal layers (``personal``, the head) stay on each client."""
+class FedPerShare(_PersonalChecks):
+    """FedPer: base layers are shared; personal layers (``personal``, the head) stay on each client.
+
+    The share names the personal entries in ``meta["personal"]``; :class:`PersonalUpdate` keeps them.
+    """
 
     personal: str = setting(r"^head\.", help="regex of the personal entries kept in ClientState.tensors")
-    from_scratch: bool = setting(True, help="re-initialise the model before round 0 (the paper's FedPer)")
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: Any) -> Share:
-        personal = set(matching_keys(model, self.personal, setting="FedPer.personal"))
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
+                            ctx: fedcore.RoundContext) -> Share:
+        personal = set(matching_keys(model, self.personal, setting="FedPerShare.personal"))
         if not personal:
-            raise fedcore.ConfigError(f"FedPer.personal={self.personal!r} matches no entry of this "
+            raise fedcore.ConfigError(f"FedPerShare.personal={self.personal!r} matches no entry of this "
                                       f"{type(model).__name__}")
         shared = [n for n, _ in model.named_parameters() if n not in personal]
         share = subset_share(_personal_copy(model, state), client.id, ctx,
@@ -178,26 +166,29 @@ class FedPer(_PersonalBaseline):
                              download=[k for k in model.state_dict() if k not in personal])
         return attrs.evolve(share, upload=tuple(shared), meta={"personal": tuple(sorted(personal))})
 
+
+@attrs.frozen(eq=False, kw_only=True)
+class LocalShare(_PersonalChecks):
+    """Local training only: each client trains its own whole model; nothing crosses the network."""
+
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: Any, share: Share, data: Any, state: Any, ctx: Any) -> ClientUpdate:
-        update = self.train(client, share, data, ctx, epochs=self.epochs)
-        own = share.module.state_dict()
-        state.tensors.update({k: own[k].detach().clone() for k in share.meta["personal"]})
-        return update
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
+                            ctx: fedcore.RoundContext) -> Share:
+        share = subset_share(_personal_copy(model, state), client.id, ctx, [n for n, _ in model.named_parameters()],
+                             download=[])
+        return attrs.evolve(share, upload=(), meta={"personal": tuple(share.module.state_dict())})
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class Local(_PersonalBaseline):
-    """Local training only: each client keeps its whole model in ``ClientState.tensors``; no communication."""
+class PersonalUpdate(Trainer):
+    """Train ``epochs`` epochs, then keep the share's personal entries (``meta["personal"]``) on the client."""
+
+    epochs: int = setting(2, low=1, help="local epochs per round")
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: Any) -> Share:
-        share = subset_share(_personal_copy(model, state), client.id, ctx, [n for n, _ in model.named_parameters()],
-                             download=[])
-        return attrs.evolve(share, upload=())
-
-    @fedcore.hookimpl
-    def fedcore_local_update(self, client: Any, share: Share, data: Any, state: Any, ctx: Any) -> ClientUpdate:
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
+                             ctx: fedcore.RoundContext) -> ClientUpdate:
         update = self.train(client, share, data, ctx, epochs=self.epochs)
-        state.tensors = {k: v.detach().clone() for k, v in share.module.state_dict().items()}
+        own = share.module.state_dict()
+        state.tensors.update({k: own[k].detach().clone() for k in share.meta.get("personal", ())})
         return update

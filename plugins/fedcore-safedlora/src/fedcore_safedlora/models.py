@@ -16,4 +16,5 @@ def target_digits(**kwargs: Any):
     from fedcore.data import load_digits
 
     kwargs.setdefault("classes", (5, 6, 7, 8, 9))
-    return load_digits(**{k: tuple(v) if k == "classes" else v for k, v in kwargs.items()})
+    args: dict[str, Any] = {k: tuple(v) if k == "classes" else v for k, v in kwargs.items()}
+    return load_digits(**args)

@@ -7,16 +7,16 @@ Eq. 5), optional gradient-norm clipping (ViT-FL lineage).
 """
 from __future__ import annotations
 
-from typing import Any
 import warnings
 
 import attrs
 import torch
 from torch import nn
 
+import fedcore
 from fedcore.settings import setting
 from fedcore.training import train_epochs
-from fedcore.types import ClientData, ClientUpdate, Share
+from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
 
 
 def train_trainable(module: nn.Module, data: ClientData, *, epochs: int, lr: float, optimizer: str = "sgd",
@@ -41,9 +41,21 @@ class Trainer:
     batch_size: int = setting(32, low=1)
     clip_norm: float = setting(1.0, low=0.0, help="gradient-norm clip (0 = off)")
 
-    def train(self, client: Any, share: Share, data: ClientData, ctx: Any, *, epochs: int, mu: float = 0.0
-              ) -> ClientUpdate:
+    def train(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext, *, epochs: int,
+              mu: float = 0.0) -> ClientUpdate:
         loss = train_epochs(share.module, data, epochs=epochs, lr=self.lr, optimizer=self.optimizer,
                             momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
                             clip_norm=self.clip_norm, mu=mu if mu > 0 else None, generator=ctx.rng("shuffle"))
         return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class EpochsUpdate(Trainer):
+    """The baselines' local update: ``epochs`` epochs of the shared trainer on the share's trainable entries."""
+
+    epochs: int = setting(2, low=1, help="local epochs per round")
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
+                             ) -> ClientUpdate:
+        return self.train(client, share, data, ctx, epochs=self.epochs)

@@ -25,11 +25,13 @@ from fedcore_lora.adapters import (
     merged_copy,
     ranks,
 )
+from fedcore_lora.aggregators import ProductSVD, StalenessMean
 from fedcore_lora.rank import MODES, grow_factors, product_mean, resize_factors, set_rank, truncate_factors
 from fedcore_lora.share import LoRAShare, lora_share, matching_keys, subset_share
 
 __all__ = [
-    "ADAPTER", "DEFAULT_TARGETS", "LoRAShare", "MODES", "adapter_keys", "adapter_state", "check_rank",
+    "ADAPTER", "DEFAULT_TARGETS", "LoRAShare", "MODES", "ProductSVD", "StalenessMean", "adapter_keys", "adapter_state",
+    "check_rank",
     "current_rank", "factor_pairs", "find_targets", "grow_factors", "has_lora", "inject_lora", "linear_modules",
     "load_adapter_state", "lora_layers", "lora_numel_per_rank", "lora_share", "matching_keys", "merged_copy",
     "product_mean", "ranks", "resize_factors", "set_rank", "subset_share", "truncate_factors",

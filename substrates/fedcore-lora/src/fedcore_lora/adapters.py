@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import re
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,8 +63,12 @@ def find_targets(model: nn.Module, pattern: str, *, setting: str = "target") -> 
     return hits
 
 
-def lora_layers(model: nn.Module) -> dict[str, nn.Module]:
-    """The peft LoRA layers of ``model`` that carry the adapter, by qualified name."""
+def lora_layers(model: nn.Module) -> dict[str, Any]:
+    """The peft LoRA layers of ``model`` that carry the adapter, by qualified name.
+
+    Typed ``Any``: peft's ``LoraLayer`` is a mixin whose ``lora_A``/``lora_B``/``r``/``scaling`` are per-adapter
+    dicts of modules and numbers that its annotations do not describe.
+    """
     from peft.tuners.lora.layer import LoraLayer
 
     return {n: m for n, m in model.named_modules() if isinstance(m, LoraLayer) and ADAPTER in m.lora_A}
@@ -115,7 +120,9 @@ def inject_lora(model: nn.Module, *, target: str = DEFAULT_TARGETS, rank: int = 
         raise ValueError("the model already has LoRA adapters; use set_rank() to change their rank")
     targets = find_targets(model, target, setting="target")
     check_rank(model, targets, rank)
-    config = LoraConfig(r=rank, lora_alpha=rank if alpha is None else alpha, target_modules=targets,
+    # peft annotates lora_alpha as int but uses it as a float (scaling = lora_alpha / r)
+    config = LoraConfig(r=rank, lora_alpha=rank if alpha is None else alpha,  # type: ignore[arg-type]
+                        target_modules=targets,
                         init_lora_weights="gaussian", lora_dropout=0.0, bias="none")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -147,8 +154,8 @@ def load_adapter_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> N
     with torch.no_grad():
         for k, v in state.items():
             if own[k].shape != v.shape:
-                raise ValueError(f"adapter entry {k!r} has shape {tuple(v.shape)}, the model has {tuple(own[k].shape)}; "
-                                 f"call set_rank() first")
+                raise ValueError(f"adapter entry {k!r} has shape {tuple(v.shape)}, the model has "
+                                 f"{tuple(own[k].shape)}; call set_rank() first")
             own[k].copy_(v)
 
 

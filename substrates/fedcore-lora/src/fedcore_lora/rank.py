@@ -21,7 +21,8 @@ from fedcore_lora.adapters import ADAPTER, lora_layers
 MODES = ("svd", "slice")
 
 
-def truncate_factors(b: torch.Tensor, a: torch.Tensor, rank: int, mode: str = "svd") -> tuple[torch.Tensor, torch.Tensor]:
+def truncate_factors(b: torch.Tensor, a: torch.Tensor, rank: int, mode: str = "svd"
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(B', A')`` of rank ``rank`` from ``B`` (d x r) and ``A`` (r x h), ``rank <= r``."""
     r = a.shape[0]
     if b.shape[1] != r:

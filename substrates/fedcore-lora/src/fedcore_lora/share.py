@@ -17,9 +17,18 @@ from torch import nn
 
 import fedcore
 from fedcore.errors import ConfigError
+from fedcore.rng import derive_seed
 from fedcore.settings import setting
-from fedcore.types import Share
-from fedcore_lora.adapters import adapter_keys, current_rank, has_lora
+from fedcore.types import ClientInfo, Share
+from fedcore_lora.adapters import (
+    DEFAULT_TARGETS,
+    adapter_keys,
+    check_rank,
+    current_rank,
+    find_targets,
+    has_lora,
+    inject_lora,
+)
 
 
 def matching_keys(model: nn.Module, pattern: str | None, *, setting: str = "pattern") -> list[str]:
@@ -62,7 +71,8 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
     if not has_lora(model):
         raise ValueError(f"the global {type(model).__name__} has no LoRA adapters: inject them at the stage "
                          f"switch (fedcore_lora.inject_lora, e.g. from fedcore_round_start) before sharing them")
-    keys = adapter_keys(model) + [k for k in matching_keys(model, extra, setting="extra") if k not in adapter_keys(model)]
+    adapters = adapter_keys(model)
+    keys = adapters + [k for k in matching_keys(model, extra, setting="extra") if k not in adapters]
     params = dict(model.named_parameters())
     keys = [k for k in keys if k in params]  # buffers never train
     download = list(model.state_dict()) if download_all else None
@@ -71,9 +81,19 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
 
 @attrs.frozen(eq=False, kw_only=True)
 class LoRAShare:
-    """Send and train only the LoRA factors of the global model (+ entries matching ``extra``, the head by default)."""
+    """Send and train only the LoRA factors of the global model (+ entries matching ``extra``, the head by default).
+
+    With ``rank`` set, a global model without adapters gets them at run start (peft, seeded from the run's
+    seed), so a config alone runs: ``pipeline.split = { name = "lora-share", rank = 4 }``. The share's
+    ``signature`` is ``"lora-r<rank>"``.
+    """
 
     extra: str = setting(r"^head\.", help="regex of extra entries trained and sent with the adapters ('' = none)")
+    rank: int | None = setting(None, kind=int, optional=True, low=1,
+                               help="inject adapters of this rank at run start when the model has none")
+    target_modules: str = setting(DEFAULT_TARGETS, help="regex over nn.Linear module names to adapt (with rank)")
+    init_std: float | None = setting(None, kind=float, optional=True, low=0.0, low_open=True,
+                                     help="std of A at injection; None = 1/rank (peft 'gaussian')")
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
@@ -88,5 +108,20 @@ class LoRAShare:
         return CheckPlan(fixture=ContractFixture(model_factory=vit_with_lora))
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: Any, ctx: Any) -> Share:
-        return lora_share(model, client.id, ctx, extra=self.extra)
+    def fedcore_run_start(self, run: fedcore.RunContext) -> None:
+        model = run.server.model
+        if has_lora(model):
+            return
+        if self.rank is None:
+            raise ConfigError(f"lora-share: the global {type(model).__name__} has no LoRA adapters; set "
+                              f"LoRAShare.rank (e.g. split = {{ name = \"lora-share\", rank = 4 }}) to inject them "
+                              f"at run start, or inject them in Python (fedcore_lora.inject_lora)")
+        targets = find_targets(model, self.target_modules, setting="LoRAShare.target_modules")
+        check_rank(model, targets, self.rank, setting="LoRAShare.rank")
+        inject_lora(model, target=self.target_modules, rank=self.rank, init_std=self.init_std,
+                    seed=derive_seed(run.seed, "lora-share", "lora-init"))
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
+        share = lora_share(model, client.id, ctx, extra=self.extra)
+        return attrs.evolve(share, signature=f"lora-r{current_rank(model)}")

@@ -1,0 +1,30 @@
+"""The methods of this plugin as recipes of single-slot components (``recipe = "sa-fedlora"`` in TOML).
+
+Each setting lives in exactly one component: the stage/rank plan in ``sa-fedlora-plan`` (an observer), the
+head and the transition broadcast in ``sa-fedlora-share``, epochs, mu and the optimiser in the local update.
+Replace any slot by name: ``fedcore.recipe("sa-fedlora", aggregate="trimmed-mean")``; change the plan's
+settings by naming it again: ``fedcore.recipe("sa-fedlora", plugins=[{"name": "sa-fedlora-plan", "r_a": 4}])``.
+"""
+from __future__ import annotations
+
+from fedcore import Recipe
+
+_LORA = {"split": "sa-fedlora-share", "local_update": "sa-fedlora-sgd", "aggregate": "staleness-mean"}
+_PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
+
+RECIPES: dict[str, Recipe] = {
+    "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",),
+                         help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
+    "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 8, "r_b": 8},),
+                      help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = 8 from round 0"),
+    "fedfft": Recipe(slots={"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
+                     help="federated full fine-tuning of the given (pre-trained) model"),
+    "fedavg-scratch": Recipe(slots={"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
+                             plugins=("from-scratch",), help="FedAvg from a seeded random re-initialisation"),
+    "fedbit": Recipe(slots={"split": "bitfit-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
+                     help="BitFit in FL: only biases and the head are trained and sent"),
+    "fedper": Recipe(slots={"split": "fedper-share", "aggregate": "fedavg", **_PERSONAL}, plugins=("from-scratch",),
+                     help="FedPer from scratch: personal head kept on each client, base layers averaged"),
+    "local": Recipe(slots={"split": "local-share", "aggregate": "fedavg", **_PERSONAL},
+                    help="local training only: every client trains its own model, nothing is sent"),
+}

@@ -1,0 +1,26 @@
+"""SA-FedLoRA's local update: E1 epochs with the proximal term in stage 1 (Eq. 5), E2 plain epochs in stage 2."""
+from __future__ import annotations
+
+import attrs
+
+import fedcore
+from fedcore.settings import setting
+from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
+from fedcore_safedlora.plan import INITIATING
+from fedcore_safedlora.training import Trainer
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class StageUpdate(Trainer):
+    """Local SGD by stage (``share.meta["stage"]``): E1 epochs + FedProx ``mu`` in stage 1, E2 epochs in stage 2."""
+
+    e1_local_epochs: int = setting(30, low=1, help="local epochs E1 in the initiating stage")
+    mu: float = setting(0.01, low=0.0, help="proximal coefficient of the initiating stage (Eq. 5)")
+    e2_local_epochs: int = setting(2, low=1, help="local epochs E2 in the annealing stage")
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
+                             ) -> ClientUpdate:
+        if share.meta.get("stage", INITIATING) == INITIATING:
+            return self.train(client, share, data, ctx, epochs=self.e1_local_epochs, mu=self.mu)
+        return self.train(client, share, data, ctx, epochs=self.e2_local_epochs, mu=0.0)
