@@ -14,6 +14,11 @@ server optimizer over LoRA factors) without touching the rest::
 An override of a slot is a component name, a table with ``name`` (replace the component), a table
 without ``name`` (keep the recipe's component, change some of its settings) or a component instance.
 ``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order.
+
+``test_setup`` declares the smallest experiment a recipe runs on (a prompt method needs a prompted CLIP and a
+data set with class names; most run on :data:`MICRO_SETUP`). The recipe matrix
+(``python -m fedcore.experiment.matrix``, ``tests/test_recipe_matrix.py``) runs every installed recipe under
+every scheduler on it, so a new recipe is covered without naming it anywhere.
 """
 from __future__ import annotations
 
@@ -26,6 +31,13 @@ from fedcore.errors import ConfigError
 from fedcore.hookspecs import SLOT_HOOKS
 
 ComponentSpec = str | Mapping[str, Any]
+
+MICRO_SETUP: Mapping[str, Any] = {
+    "dataset": {"name": "synthetic", "n": 64, "n_test": 32, "num_classes": 4},
+    "model": {"name": "tiny-mlp"},
+    "num_clients": 4,
+}
+"""The experiment keys a recipe's ``test_setup`` leaves out: 64 Gaussian-blob samples, a tiny MLP, 4 clients."""
 
 
 def _check_spec(spec: Any, where: str) -> None:
@@ -52,6 +64,9 @@ class Recipe:
     slots: Mapping[str, ComponentSpec] = attrs.field(converter=_freeze_slots)
     plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=tuple)
     help: str = ""
+    test_setup: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    """Top-level experiment keys (``dataset``, ``model``, ``num_clients``, ``pipeline`` patches, ...) of a micro
+    run of this recipe, over :data:`MICRO_SETUP`: what the recipe matrix and smoke tests run it on."""
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(set(self.slots) - set(SLOT_HOOKS))
@@ -61,6 +76,13 @@ class Recipe:
             _check_spec(spec, f"recipe slot {slot!r}")
         for i, spec in enumerate(self.plugins):
             _check_spec(spec, f"recipe plugins[{i}]")
+        unknown_setup = sorted(set(self.test_setup) - _SETUP_KEYS)
+        if unknown_setup:
+            raise ConfigError(f"recipe test_setup key(s) {unknown_setup} unknown; allowed: {', '.join(sorted(_SETUP_KEYS))}")
+
+    def micro_config(self) -> dict[str, Any]:
+        """The experiment config keys of this recipe's micro run: :data:`MICRO_SETUP` updated by ``test_setup``."""
+        return {**{k: _copy(v) for k, v in MICRO_SETUP.items()}, **{k: _copy(v) for k, v in self.test_setup.items()}}
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The pipeline config (as for :meth:`fedcore.Pipeline.from_config`) with ``overrides`` applied."""
@@ -93,7 +115,10 @@ class Recipe:
     def describe(self) -> dict[str, Any]:
         """Plain data: the slots and plugins the recipe names (for ``fedcore describe``)."""
         return {"slots": {s: _copy(v) for s, v in self.slots.items()}, "plugins": [_copy(p) for p in self.plugins],
-                "help": self.help}
+                "help": self.help, "test_setup": self.micro_config()}
+
+
+_SETUP_KEYS = {"dataset", "model", "num_clients", "pipeline", "eval_every"}
 
 
 def _copy(spec: Any) -> Any:

@@ -258,6 +258,8 @@ def materialize(p: Plan) -> Materials:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
         if classes:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
+    if "classnames" in factory_defaults(p.model.obj)[0] and "classnames" not in given and getattr(train, "classes", None):
+        model_settings["classnames"] = [str(c) for c in train.classes]  # a text-prompted model names the classes
     if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
         torch.set_num_threads(cfg["threads"])
     seed_everything(cfg["seed"])
