@@ -144,7 +144,10 @@ def markdown(cells: Sequence[Cell]) -> str:
         dist = registry.get(r, "recipe").distribution or "-"
         entries = []
         for s in schedulers:
-            c = by[(r, s)]
+            c = by.get((r, s))
+            if c is None:
+                entries.append("-")
+                continue
             text = {"works": "works", "refused": "refused", "broken": "**BROKEN**"}[c.status]
             if c.detail:
                 text += ": " + c.detail.replace("|", "\\|")

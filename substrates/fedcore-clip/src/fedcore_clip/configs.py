@@ -42,12 +42,15 @@ def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_step
         known = ", ".join([*tags, *FEDCORE_PRETRAINED] if arch == TINY else tags) or "none"
         raise ConfigError(f"prompted-clip: pretrained = {pretrained!r} is neither a tag of open_clip "
                           f"architecture {arch!r} ({known}) nor a checkpoint file")
-    try:
-        return load_backbone(arch, pretrained=pretrained, seed=seed)
-    except Exception as exc:  # noqa: BLE001 - download/IO errors of open_clip and huggingface_hub, any type
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"prompted-clip: open_clip weights {arch}/{pretrained} are not available here "
-                          f"({reason[:160]}); put them in the Hugging Face cache or give a checkpoint file") from None
+    if pretrained in tags:  # fetch (or find in the cache) the checkpoint before building the model
+        try:
+            open_clip.download_pretrained(open_clip.get_pretrained_cfg(arch, pretrained))
+        except Exception as exc:  # noqa: BLE001 - download/IO errors of open_clip and huggingface_hub, any type
+            reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0]
+            raise ConfigError(f"prompted-clip: open_clip weights {arch}/{pretrained} are not available here "
+                              f"({type(exc).__name__}: {reason[:120]}); put them in the Hugging Face cache or give "
+                              f"a checkpoint file") from None
+    return load_backbone(arch, pretrained=pretrained, seed=seed)
 
 
 def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = "fedcore-tiny-clip",
