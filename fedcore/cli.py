@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import json
 from pathlib import Path
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -27,7 +27,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, our prefix, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, our prefix, no usage dump
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -53,14 +53,16 @@ def _parser() -> argparse.ArgumentParser:
 
     desc = sub.add_parser("describe", help="a config's resolved pipeline, or a name's slots, settings and package",
                           description="With CONFIG.toml: print the resolved config and pipeline without running it. "
-                          "With a NAME (component, recipe, dataset, model, executor, config table): what it is, the slots "
-                          "it fills, its settings (type, default, allowed values, help) and the package providing it.")
+                          "With a NAME (component, recipe, dataset, model, executor, config table): what it is, "
+                          "the slots it fills, its settings (type, default, allowed values, help) and the package "
+                          "providing it.")
     desc.add_argument("config", metavar="CONFIG.toml|NAME", help="a config file, or a registered name")
     desc.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config value (configs only)")
     desc.add_argument("--json", action="store_true", help="print the description as JSON")
 
-    plugins = sub.add_parser("plugins", help="list installed plugins, their components and slots, recipes, and failures")
+    plugins = sub.add_parser("plugins",
+                             help="list installed plugins, their components and slots, recipes, and failures")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of failed plugins")
 
     report = sub.add_parser("report", help="summary table and plots of one or several run directories")
@@ -146,7 +148,8 @@ def _describe_name(name: str, *, as_json: bool) -> int:
             for col in ("setting", "type", "default", "allowed", "help"):
                 table.add_column(col)
             for row in entry["settings"]:
-                default = "(required)" if row["required"] else "" if row["name"].startswith("**") else repr(row["default"])
+                default = ("(required)" if row["required"] else "" if row["name"].startswith("**")
+                           else repr(row["default"]))
                 table.add_row(row["name"], row["type"], default, row["allowed"], row["help"])
             console.print(table)
         elif entry["kind"] != "table":
@@ -156,9 +159,8 @@ def _describe_name(name: str, *, as_json: bool) -> int:
 
 def _print_recipe(console: Any, entry: dict[str, Any]) -> None:
     """A recipe: one table of slot -> component -> settings (the recipe's values, ``*`` where it sets them)."""
-    from rich.table import Table
-
     from rich.markup import escape
+    from rich.table import Table
 
     table = Table(title=escape(f"recipe {entry['name']}: slots (replace any: [pipeline.<slot>] or "
                                f"fedcore.recipe(..., slot=...))"))

@@ -18,7 +18,8 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
                                       "dataset": ("clip.shapes", "clip.digits")}),
     "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv", "fedvz", "paired-test")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
-        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local", "personal-eval"),
+        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local",
+                      "personal-eval"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
     "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",),
                                               "recipe": ("promptfl",)}),

@@ -78,7 +78,8 @@ class Recipe:
             _check_spec(spec, f"recipe plugins[{i}]")
         unknown_setup = sorted(set(self.test_setup) - _SETUP_KEYS)
         if unknown_setup:
-            raise ConfigError(f"recipe test_setup key(s) {unknown_setup} unknown; allowed: {', '.join(sorted(_SETUP_KEYS))}")
+            raise ConfigError(f"recipe test_setup key(s) {unknown_setup} unknown; "
+                              f"allowed: {', '.join(sorted(_SETUP_KEYS))}")
 
     def micro_config(self) -> dict[str, Any]:
         """The experiment config keys of this recipe's micro run: :data:`MICRO_SETUP` updated by ``test_setup``."""

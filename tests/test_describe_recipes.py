@@ -65,5 +65,6 @@ def test_python_m_fedcore_describes_a_recipe():
     proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "fedavg"], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "fedavg  component from plugin builtin" in proc.stdout and "fedavg  recipe from plugin builtin" in proc.stdout
+    assert "fedavg  component from plugin builtin" in proc.stdout
+    assert "fedavg  recipe from plugin builtin" in proc.stdout
     assert "local_update" in proc.stdout and "sgd" in proc.stdout

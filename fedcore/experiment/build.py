@@ -40,7 +40,7 @@ def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
     """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
-    target = fn.__init__ if isinstance(fn, type) else fn
+    target = fn.__init__ if isinstance(fn, type) else fn  # type: ignore[misc]  # the class's own __init__, on purpose
     params = list(inspect.signature(target).parameters.values())
     if isinstance(fn, type):
         params = params[1:]  # self
@@ -187,9 +187,9 @@ def expand_recipe(name: str | None, pipeline: Mapping[str, Any]) -> dict[str, An
     return get_recipe(name).config(pipeline)
 
 
-def plan(config: Mapping[str, Any]) -> Plan:
+def plan(given: Mapping[str, Any]) -> Plan:
     """Check every name and setting in a validated config without loading data or building a model."""
-    config = copy.deepcopy(dict(config))
+    config = copy.deepcopy(dict(given))
     try:
         config["pipeline"] = expand_recipe(config.get("recipe"), config["pipeline"])
         pipeline = Pipeline.from_config(config["pipeline"])
@@ -250,16 +250,18 @@ def materialize(p: Plan) -> Materials:
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
-        raise ConfigError(f"dataset {p.dataset.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"dataset {p.dataset.name}: {reason}") from None
     train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
     model_settings = dict(p.model_settings)
     given = split_spec(cfg["model"])[1]
-    if "num_classes" in factory_defaults(p.model.obj)[0] and "num_classes" not in given:
+    takes = factory_defaults(p.model.obj)[0]
+    if "num_classes" in takes and "num_classes" not in given:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
         if classes:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
-    if "classnames" in factory_defaults(p.model.obj)[0] and "classnames" not in given and getattr(train, "classes", None):
-        model_settings["classnames"] = [str(c) for c in train.classes]  # a text-prompted model names the classes
+    if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
+        model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
     if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
         torch.set_num_threads(cfg["threads"])
     seed_everything(cfg["seed"])

@@ -125,7 +125,8 @@ def run_matrix(recipes: Iterable[str] | None = None, schedulers: Iterable[str] |
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return [run_cell(r, s, rounds=rounds) for r in (recipes or installed_recipes()) for s in (schedulers or SCHEDULERS)]
+        return [run_cell(r, s, rounds=rounds) for r in (recipes or installed_recipes())
+                for s in (schedulers or SCHEDULERS)]
     finally:
         torch.set_num_threads(threads)
 

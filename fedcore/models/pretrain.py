@@ -11,7 +11,7 @@ with weights.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import hashlib
 import json
 import os
@@ -32,7 +32,8 @@ def cache_root() -> Path:
 def build_model(name: str, **kwargs: Any) -> nn.Module:
     from fedcore.models import micro
 
-    factories = {"micro-vit": micro.micro_vit, "micro-cnn": micro.micro_cnn, "tiny-mlp": micro.tiny_mlp}
+    factories: dict[str, Callable[..., nn.Module]] = {"micro-vit": micro.micro_vit, "micro-cnn": micro.micro_cnn,
+                                                      "tiny-mlp": micro.tiny_mlp}
     if name not in factories:
         raise ValueError(f"model={name!r}; choose one of: {', '.join(factories)}")
     return factories[name](**kwargs)
@@ -42,8 +43,9 @@ def retarget(model: nn.Module, num_classes: int, *, seed: int = 0) -> nn.Module:
     """Replace the classification head with a fresh, seeded one for ``num_classes`` classes (in place)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if hasattr(model, "reset_classifier"):
-            model.reset_classifier(num_classes)
+        reset = getattr(model, "reset_classifier", None)
+        if callable(reset):  # timm models
+            reset(num_classes)
         elif isinstance(model, nn.Sequential) and isinstance(model[-1], nn.Linear):
             model[-1] = nn.Linear(model[-1].in_features, num_classes)
         else:

@@ -1,4 +1,5 @@
-"""Entry point ``pfedprompt`` (group ``fedcore``): registers the method, its baselines and their recipes. Imports classes only."""
+"""Entry point ``pfedprompt`` (group ``fedcore``): registers the method, its baselines and their recipes.
+Imports classes only."""
 import fedcore
 from fedcore_pfedprompt.baselines import PromptAMP, PromptProx
 from fedcore_pfedprompt.evaluators import PersonalPromptEval, PFedPromptEval, PromptFLFineTune, PromptPer

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedcore.recipes import Recipe
+from fedcore import Recipe
 from fedcore_clip.configs import TEST_SETUP
 from fedcore_promptfl.recipes import PROMPTFL_SLOTS
 

@@ -17,5 +17,5 @@ def target_digits(**kwargs: Any):
     """The target task: scikit-learn digits 5-9 relabelled 0-4, (train, test)."""
     from fedcore.data import load_digits
 
-    kwargs.setdefault("classes", (5, 6, 7, 8, 9))
-    return load_digits(**{k: tuple(v) if k == "classes" else v for k, v in kwargs.items()})
+    kwargs["classes"] = tuple(kwargs.get("classes", (5, 6, 7, 8, 9)))
+    return load_digits(**kwargs)

@@ -67,7 +67,7 @@ def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = 
 
 
 def shapes(*, n_train_per_class: int = 60, n_test_per_class: int = 20, num_classes: int = 30, seed: int = 0):
-    """Coloured synthetic shapes with class names ("red circle", ...), the prompt methods' downstream task: (train, test)."""
+    """Coloured synthetic shapes named "red circle", ..., the prompt methods' downstream task: (train, test)."""
     from fedcore_clip.captioned import downstream
 
     train, test = downstream("shapes", seed=seed, n_train_per_class=n_train_per_class,
@@ -92,7 +92,7 @@ def _first_classes(ds: Any, k: int) -> Any:
     return out
 
 
-TEST_SETUP = {
+TEST_SETUP: dict[str, Any] = {
     "dataset": {"name": "clip.shapes", "n_train_per_class": 8, "n_test_per_class": 2, "num_classes": 6},
     "model": {"name": "prompted-clip", "n_ctx": 4},
     "num_clients": 3,

@@ -6,7 +6,6 @@ from fedcore_clip.evaluate import PromptEval
 from fedcore_clip.share import PromptShare
 
 
-
 @fedcore.hookimpl
 def fedcore_register_components(registry):
     registry.add("prompt-share", PromptShare)
