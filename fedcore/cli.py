@@ -2,7 +2,7 @@
 
     fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
     fedcore describe CONFIG.toml [--set key=value ...] [--json]
-    fedcore describe NAME [--json]           (a component, dataset, model, executor or config table)
+    fedcore describe NAME [--json]           (a component, recipe, dataset, model, executor or config table)
     fedcore plugins [-v]
     fedcore report RUN_DIR [RUN_DIR ...] [--out DIR] [--metric KEY]
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import json
 from pathlib import Path
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -27,7 +27,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, our prefix, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, our prefix, no usage dump
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -53,14 +53,16 @@ def _parser() -> argparse.ArgumentParser:
 
     desc = sub.add_parser("describe", help="a config's resolved pipeline, or a name's slots, settings and package",
                           description="With CONFIG.toml: print the resolved config and pipeline without running it. "
-                          "With a NAME (component, dataset, model, executor, config table): what it is, the slots "
-                          "it fills, its settings (type, default, allowed values, help) and the package providing it.")
+                          "With a NAME (component, recipe, dataset, model, executor, config table): what it is, "
+                          "the slots it fills, its settings (type, default, allowed values, help) and the package "
+                          "providing it.")
     desc.add_argument("config", metavar="CONFIG.toml|NAME", help="a config file, or a registered name")
     desc.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config value (configs only)")
     desc.add_argument("--json", action="store_true", help="print the description as JSON")
 
-    plugins = sub.add_parser("plugins", help="list installed plugins, their components and slots, and failures")
+    plugins = sub.add_parser("plugins",
+                             help="list installed plugins, their components and slots, recipes, and failures")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of failed plugins")
 
     report = sub.add_parser("report", help="summary table and plots of one or several run directories")
@@ -131,9 +133,10 @@ def _describe_name(name: str, *, as_json: bool) -> int:
         if entry["doc"]:
             console.print(entry["doc"], markup=False)
         slots = entry["slots"]
-        if isinstance(slots, dict):  # a recipe: slot -> component
-            console.print("slots: " + ", ".join(f"{slot} = {comp}" for slot, comp in slots.items()))
-        elif entry["kind"] == "component":
+        if entry["kind"] == "recipe":
+            _print_recipe(console, entry)
+            continue
+        if entry["kind"] == "component":
             console.print("slot: " + (", ".join(slots) or "none (a plugin: list it under pipeline.plugins)"))
         for label in ("wraps", "observes"):
             if entry[label]:
@@ -145,12 +148,33 @@ def _describe_name(name: str, *, as_json: bool) -> int:
             for col in ("setting", "type", "default", "allowed", "help"):
                 table.add_column(col)
             for row in entry["settings"]:
-                default = "(required)" if row["required"] else "" if row["name"].startswith("**") else repr(row["default"])
+                default = ("(required)" if row["required"] else "" if row["name"].startswith("**")
+                           else repr(row["default"]))
                 table.add_row(row["name"], row["type"], default, row["allowed"], row["help"])
             console.print(table)
         elif entry["kind"] != "table":
             console.print("settings: none")
     return 0
+
+
+def _print_recipe(console: Any, entry: dict[str, Any]) -> None:
+    """A recipe: one table of slot -> component -> settings (the recipe's values, ``*`` where it sets them)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"recipe {entry['name']}: slots (replace any: [pipeline.<slot>] or "
+                               f"fedcore.recipe(..., slot=...))"))
+    for col in ("slot", "component", "from", "settings (* = set by the recipe)"):
+        table.add_column(col)
+    for part in entry["components"]:
+        origin = f"{part['distribution']} {part['version']}" if part["distribution"] else "-"
+        settings = ", ".join(f"{'*' if row['set_by_recipe'] else ''}{row['name']}={row['value']!r}"
+                             for row in part["settings"] if not row["name"].startswith("**"))
+        table.add_row(part["slot"], part["name"], origin, settings or "-")
+    console.print(table)
+    setup = entry["test_setup"]
+    console.print("micro setup (recipe matrix): " + ", ".join(f"{k} = {v!r}" for k, v in setup.items()), markup=False)
+    console.print(f"run it: recipe = \"{entry['name']}\" in a config; see docs/recipes.md", markup=False)
 
 
 def _describe_config(args: argparse.Namespace) -> int:
@@ -209,13 +233,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 provides, wraps, observes = slots_of(entry.obj)
                 roles = provides + [f"wraps {w}" for w in wraps] + ([f"observes {len(observes)}"] if observes else [])
                 parts.append(f"{short} ({', '.join(roles) or '-'})")
-            else:
+            elif kind != "recipe":  # recipes have their own table below
                 parts.append(f"{kind} {short}")
         status = "[green]ok" if info.ok else "[red]failed"
         table.add_row(info.name, info.distribution or "-", info.version or "-", "\n".join(parts) or "-", status)
         if not info.ok:
             failed.append(info)
     console.print(table)
+    recipes = Table(title="recipes (fedcore describe NAME; recipe = \"NAME\" in a config)")
+    for col in ("recipe", "distribution", "help"):
+        recipes.add_column(col)
+    for entry in registry.entries("recipe"):
+        recipes.add_row(entry.name, f"{entry.distribution} {entry.version}" if entry.distribution else "-", entry.help)
+    console.print(recipes)
     for info in failed:
         reason = info.error if args.verbose else (info.error or "").strip().splitlines()[-1]
         console.print(f"[red]plugin {info.name} ({info.distribution} {info.version}, {info.module}) failed to "

@@ -5,8 +5,13 @@
     ('component', ['aggregate'], 'weighting')
 
 One plain dict per name (JSON-ready), the same shape for every kind, so a new kind adds fields rather
-than a new format: a component lists the slots it provides, a recipe (a named preset pipeline) will
-list ``slots`` as ``{slot: component}`` instead of a list.
+than a new format: a component lists the slots it provides; a recipe (a named preset pipeline) lists
+``slots`` as ``{slot: component}`` and, under ``components``, each component with its settings as the
+recipe sets them:
+
+    >>> info = describe_name("fedprox")
+    >>> info["slots"]["local_update"], [r["value"] for r in info["components"][2]["settings"] if r["name"] == "mu"]
+    ('sgd', [0.01])
 """
 from __future__ import annotations
 
@@ -51,6 +56,13 @@ def describe_entry(entry: Entry) -> dict[str, Any]:
         out["settings"] = describe_settings(obj)
     elif entry.kind in ("dataset", "model", "executor"):
         out["settings"] = describe_settings(obj)
+    elif entry.kind == "recipe":
+        recipe = obj.describe()
+        out["doc"] = entry.help
+        out["slots"] = {slot: _spec_name(spec) for slot, spec in recipe["slots"].items()}
+        out["components"] = [describe_part(slot, spec) for slot, spec in recipe["slots"].items()]
+        out["components"] += [describe_part("plugins", spec) for spec in recipe["plugins"]]
+        out["test_setup"] = recipe["test_setup"]
     elif entry.kind == "table":
         out["doc"] = obj.key.help
         out["value"] = " or ".join(k.__name__ for k in obj.key.kind)
@@ -59,6 +71,25 @@ def describe_entry(entry: Entry) -> dict[str, Any]:
 
             out["settings"] = describe_settings(load_object(obj.settings))
     return out
+
+
+def _spec_name(spec: Any) -> str:
+    return spec if isinstance(spec, str) else str(spec["name"])
+
+
+def describe_part(slot: str, spec: Any) -> dict[str, Any]:
+    """One component a recipe names: its slot, name, package, and every setting with the value the recipe gives
+    it (``value``; the component's default where the recipe sets none, ``set_by_recipe`` says which)."""
+    name = _spec_name(spec)
+    given = {} if isinstance(spec, str) else {k: v for k, v in spec.items() if k != "name"}
+    entry = fedcore.plugins.lookup(name)
+    settings = []
+    for row in describe_settings(entry.obj):
+        row = dict(row, set_by_recipe=row["name"] in given)
+        row["value"] = given[row["name"]] if row["set_by_recipe"] else row["default"]
+        settings.append(row)
+    return {"slot": slot, "name": name, "summary": entry.help, "distribution": entry.distribution,
+            "version": entry.version, "settings": settings}
 
 
 def describe_name(name: str) -> dict[str, Any]:

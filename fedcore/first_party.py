@@ -14,23 +14,26 @@ from collections.abc import Mapping
 DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-split": ("fedcore_split", {"component": ("sl", "splitfed-v1", "splitfed-v2", "split-eval")}),
     "fedcore-lora": ("fedcore_lora", {"component": ("lora-share", "staleness-mean", "lora-product-svd")}),
-    "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",)}),
+    "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",),
+                                      "dataset": ("clip.shapes", "clip.digits")}),
     "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv", "fedvz", "paired-test")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
         "component": ("sa-fedlora-plan", "sa-fedlora-share", "sa-fedlora-sgd", "full-share", "bitfit-share",
                       "fedper-share", "local-share", "from-scratch", "safedlora-sgd", "personal-sgd", "personal-eval"),
         "recipe": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
-    "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",)}),
+    "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",),
+                                              "recipe": ("promptfl",)}),
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {
-        "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval")}),
-    "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",)}),
+        "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
+        "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),
+    "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",)}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 
 PACKAGES: dict[str, str] = {name: dist for dist, (_, kinds) in DISTRIBUTIONS.items()
                             for names in kinds.values() for name in names}
-"""Component, model and dataset name -> the first-party distribution that registers it (names are distinct
+"""Component, recipe, model and dataset name -> the first-party distribution that registers it (names are distinct
 across kinds)."""
 
 

@@ -16,6 +16,11 @@ without ``name`` (keep the recipe's component, change some of its settings) or a
 ``plugins`` (wrappers and observers) are the recipe's, then the ones given, in call order; a given plugin
 named like one of the recipe's changes that one's settings instead (``plugins = [{name = "sa-fedlora-plan",
 r_a = 4}]``).
+
+``test_setup`` declares the smallest experiment a recipe runs on (a prompt method needs a prompted CLIP and a
+data set with class names; most run on :data:`MICRO_SETUP`). The recipe matrix
+(``python -m fedcore.experiment.matrix``, ``tests/test_recipe_matrix.py``) runs every installed recipe under
+every scheduler on it, so a new recipe is covered without naming it anywhere.
 """
 from __future__ import annotations
 
@@ -28,6 +33,13 @@ from fedcore.errors import ConfigError
 from fedcore.hookspecs import SLOT_HOOKS
 
 ComponentSpec = str | Mapping[str, Any]
+
+MICRO_SETUP: Mapping[str, Any] = {
+    "dataset": {"name": "synthetic", "n": 64, "n_test": 32, "num_classes": 4},
+    "model": {"name": "tiny-mlp"},
+    "num_clients": 4,
+}
+"""The experiment keys a recipe's ``test_setup`` leaves out: 64 Gaussian-blob samples, a tiny MLP, 4 clients."""
 
 
 def _check_spec(spec: Any, where: str) -> None:
@@ -59,6 +71,9 @@ class Recipe:
     slots: Mapping[str, ComponentSpec] = attrs.field(converter=_freeze_slots)
     plugins: tuple[ComponentSpec, ...] = attrs.field(default=(), converter=_as_specs)
     help: str = ""
+    test_setup: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    """Top-level experiment keys (``dataset``, ``model``, ``num_clients``, ``pipeline`` patches, ...) of a micro
+    run of this recipe, over :data:`MICRO_SETUP`: what the recipe matrix and smoke tests run it on."""
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(set(self.slots) - set(SLOT_HOOKS))
@@ -68,6 +83,14 @@ class Recipe:
             _check_spec(spec, f"recipe slot {slot!r}")
         for i, spec in enumerate(self.plugins):
             _check_spec(spec, f"recipe plugins[{i}]")
+        unknown_setup = sorted(set(self.test_setup) - _SETUP_KEYS)
+        if unknown_setup:
+            raise ConfigError(f"recipe test_setup key(s) {unknown_setup} unknown; "
+                              f"allowed: {', '.join(sorted(_SETUP_KEYS))}")
+
+    def micro_config(self) -> dict[str, Any]:
+        """The experiment config keys of this recipe's micro run: :data:`MICRO_SETUP` updated by ``test_setup``."""
+        return {**{k: _copy(v) for k, v in MICRO_SETUP.items()}, **{k: _copy(v) for k, v in self.test_setup.items()}}
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The pipeline config (as for :meth:`fedcore.Pipeline.from_config`) with ``overrides`` applied."""
@@ -108,7 +131,10 @@ class Recipe:
     def describe(self) -> dict[str, Any]:
         """Plain data: the slots and plugins the recipe names (for ``fedcore describe``)."""
         return {"slots": {s: _copy(v) for s, v in self.slots.items()}, "plugins": [_copy(p) for p in self.plugins],
-                "help": self.help}
+                "help": self.help, "test_setup": self.micro_config()}
+
+
+_SETUP_KEYS = {"dataset", "model", "num_clients", "pipeline", "eval_every"}
 
 
 def _name(spec: Any) -> str | None:

@@ -39,3 +39,55 @@ def test_overlapping_source_and_target_and_unknown_models_are_refused(cache):
         pretrain("resnet9000", epochs=1)
     with pytest.raises(TypeError, match="replace the head"):
         retarget(torch.nn.Identity(), 3)
+
+
+RUN_CONFIG = """
+rounds = 2
+num_clients = 3
+recipe = "fedavg"
+dataset = {{ name = "digits", {classes} }}
+model = {{ name = "{model}", epochs = 1 }}
+[checkpoint]
+every = 0
+"""
+
+
+def _run(tmp_path, name, capsys, *, model="micro-vit-pretrained", classes="classes = [5, 6, 7, 8, 9]"):
+    import json
+
+    from fedcore.cli import main
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text(RUN_CONFIG.format(model=model, classes=classes))
+    out = tmp_path / "runs" / name
+    code = main(["run", str(path), "--out", str(out), "--progress", "none"])
+    err = capsys.readouterr().err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if code == 0 else []
+    return code, err, rows
+
+
+def test_micro_vit_pretrained_by_name_through_fedcore_run(cache, capsys):
+    """One core name, ``micro-vit-pretrained``; the safedlora name is an alias giving the same run."""
+    import fedcore
+
+    code, err, rows = _run(cache, "core", capsys)
+    assert code == 0, err
+    assert len(rows) == 2 and rows[-1]["test_accuracy"] > 0.2  # 5 target classes
+    assert len(list((cache / "pretrained").glob("micro-vit-*.safetensors"))) == 1  # pre-trained once, cached
+    entry = fedcore.plugins.lookup("micro-vit-pretrained", kind="model")
+    assert entry.distribution == "fedcore" and entry.obj is fedcore.models.micro_vit_pretrained
+    model = fedcore.models.micro_vit_pretrained(epochs=1)
+    source, _ = pretrain("micro-vit", epochs=1)
+    assert model.head.out_features == 5
+    body = {k: v for k, v in source.state_dict().items() if not k.startswith("head")}
+    assert body and all(torch.equal(v, model.state_dict()[k]) for k, v in body.items())
+    if "safedlora.micro-vit-pretrained" in fedcore.plugins.registry().names("model"):
+        code, err, alias = _run(cache, "alias", capsys, model="safedlora.micro-vit-pretrained")
+        assert code == 0, err
+        assert [r["test_accuracy"] for r in alias] == [r["test_accuracy"] for r in rows]
+
+
+def test_micro_vit_pretrained_refuses_a_data_set_with_other_classes(cache, capsys):
+    code, err, _ = _run(cache, "bad", capsys, classes="seed = 0")
+    assert code == 2 and err.count("\n") == 1
+    assert "num_classes = 10 but target_classes [5, 6, 7, 8, 9] has 5" in err

@@ -50,7 +50,7 @@ def hf_disk(*, path: str, train_split: str = "train", test_split: str | None = "
 
 
 def register(registry: Any) -> None:
-    from fedcore.models import micro_cnn, micro_vit, tiny_mlp
+    from fedcore.models import micro_cnn, micro_vit, micro_vit_pretrained, tiny_mlp
 
     registry.add_dataset("digits", digits)
     registry.add_dataset("synthetic", synthetic)
@@ -59,4 +59,5 @@ def register(registry: Any) -> None:
     registry.add_dataset("hf-disk", hf_disk)
     registry.add_model("micro-cnn", micro_cnn)
     registry.add_model("micro-vit", micro_vit)
+    registry.add_model("micro-vit-pretrained", micro_vit_pretrained)
     registry.add_model("tiny-mlp", tiny_mlp)

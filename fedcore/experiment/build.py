@@ -188,9 +188,9 @@ def expand_recipe(name: str | None, pipeline: Mapping[str, Any]) -> dict[str, An
     return get_recipe(name).config(pipeline)
 
 
-def plan(config: Mapping[str, Any]) -> Plan:
+def plan(given: Mapping[str, Any]) -> Plan:
     """Check every name and setting in a validated config without loading data or building a model."""
-    cfg = copy.deepcopy(dict(config))
+    cfg = copy.deepcopy(dict(given))
     try:
         cfg["pipeline"] = expand_recipe(cfg.get("recipe"), cfg["pipeline"])
         pipeline = Pipeline.from_config(cfg["pipeline"])
@@ -256,10 +256,13 @@ def materialize(p: Plan) -> Materials:
     train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
     model_settings = dict(p.model_settings)
     given = split_spec(cfg["model"])[1]
-    if "num_classes" in factory_defaults(p.model.obj)[0] and "num_classes" not in given:
+    takes = factory_defaults(p.model.obj)[0]
+    if "num_classes" in takes and "num_classes" not in given:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
         if classes:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
+    if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
+        model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
     if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
         torch.set_num_threads(cfg["threads"])
     seed_everything(cfg["seed"])

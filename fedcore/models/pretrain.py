@@ -11,6 +11,7 @@ with weights.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 import hashlib
 import json
 import os
@@ -31,7 +32,8 @@ def cache_root() -> Path:
 def build_model(name: str, **kwargs: Any) -> nn.Module:
     from fedcore.models import micro
 
-    factories = {"micro-vit": micro.micro_vit, "micro-cnn": micro.micro_cnn, "tiny-mlp": micro.tiny_mlp}
+    factories: dict[str, Callable[..., nn.Module]] = {"micro-vit": micro.micro_vit, "micro-cnn": micro.micro_cnn,
+                                                      "tiny-mlp": micro.tiny_mlp}
     if name not in factories:
         raise ValueError(f"model={name!r}; choose one of: {', '.join(factories)}")
     return factories[name](**kwargs)
@@ -41,8 +43,9 @@ def retarget(model: nn.Module, num_classes: int, *, seed: int = 0) -> nn.Module:
     """Replace the classification head with a fresh, seeded one for ``num_classes`` classes (in place)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if hasattr(model, "reset_classifier"):
-            model.reset_classifier(num_classes)
+        reset = getattr(model, "reset_classifier", None)
+        if callable(reset):  # timm models
+            reset(num_classes)
         elif isinstance(model, nn.Sequential) and isinstance(model[-1], nn.Linear):
             model[-1] = nn.Linear(model[-1].in_features, num_classes)
         else:
@@ -122,6 +125,22 @@ def pretrained_for_target(model: str = "micro-vit", *, target_classes: tuple[int
         raise ValueError(f"source_classes and target_classes overlap on {sorted(overlap)}; they must be disjoint")
     net, info = pretrain(model, source_classes=source, **kwargs)
     return retarget(net, len(target_classes), seed=head_seed), info
+
+
+def micro_vit_pretrained(*, num_classes: int | None = None, target_classes: Sequence[int] = TARGET_CLASSES,
+                         source_classes: Sequence[int] = SOURCE_CLASSES, epochs: int = 40, seed: int = 0,
+                         head_seed: int = 0) -> nn.Module:
+    """timm micro ViT pre-trained by fedcore on digits ``source_classes`` (cached), fresh head for ``target_classes``.
+
+    The config name ``micro-vit-pretrained``; pair it with ``dataset = { name = "digits", classes = [5, 6, 7, 8, 9] }``.
+    ``num_classes`` (filled from the data set by a config) must equal the number of target classes.
+    """
+    target, source = tuple(int(c) for c in target_classes), tuple(int(c) for c in source_classes)
+    if num_classes is not None and num_classes != len(target):
+        raise ValueError(f"num_classes = {num_classes} but target_classes {list(target)} has {len(target)}; give the "
+                         f"data set the target classes (digits with classes = {list(target)})")
+    return pretrained_for_target("micro-vit", target_classes=target, source_classes=source, epochs=epochs,
+                                 seed=seed, head_seed=head_seed)[0]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,9 @@
-"""Entry point ``pfedprompt`` (group ``fedcore``): registers the method and its baselines. Imports classes only."""
+"""Entry point ``pfedprompt`` (group ``fedcore``): registers the method, its baselines and their recipes.
+Imports classes only."""
 import fedcore
 from fedcore_pfedprompt.baselines import PromptAMP, PromptProx
 from fedcore_pfedprompt.evaluators import PersonalPromptEval, PFedPromptEval, PromptFLFineTune, PromptPer
+from fedcore_pfedprompt.recipes import RECIPES
 
 
 @fedcore.hookimpl
@@ -12,3 +14,5 @@ def fedcore_register_components(registry):
     registry.add("promptprox", PromptProx)
     registry.add("promptamp", PromptAMP)
     registry.add("personal-prompt-eval", PersonalPromptEval)
+    for name, recipe in RECIPES.items():
+        registry.add_recipe(name, recipe)

@@ -1,10 +1,12 @@
-"""Entry point ``promptfl`` (group ``fedcore``): registers the method and its baseline model. Imports classes only.
+"""Entry point ``promptfl`` (group ``fedcore``): registers the method, its recipe and its baseline model. Imports
+classes only.
 
 The prompt substrate's own names (``prompt-share``, ``prompt-eval``, the ``prompted-clip`` model) are registered
 by fedcore-clip.
 """
 import fedcore
 from fedcore_promptfl.method import PromptFL
+from fedcore_promptfl.recipes import PROMPTFL
 
 
 def clip_image_classifier_model(*, num_classes: int, arch: str = "fedcore-tiny-clip", pretrained=None,
@@ -21,3 +23,4 @@ def clip_image_classifier_model(*, num_classes: int, arch: str = "fedcore-tiny-c
 def fedcore_register_components(registry):
     registry.add("promptfl", PromptFL)
     registry.add_model("clip-image-classifier", clip_image_classifier_model)
+    registry.add_recipe("promptfl", PROMPTFL)

@@ -1,14 +1,16 @@
-"""Named models for configs: the micro ViT 'pre-trained' by fedcore on a disjoint source task (digits 0-4)."""
+"""Named models and data for configs: the target digits, and ``safedlora.micro-vit-pretrained``, an alias of the
+core's ``micro-vit-pretrained`` (the micro ViT 'pre-trained' by fedcore on a disjoint source task, digits 0-4)."""
 from __future__ import annotations
 
 from typing import Any
 
 
 def pretrained_micro_vit(**kwargs: Any):
-    """timm micro ViT pre-trained by fedcore on digits 0-4 (cached), with a fresh head for digits 5-9."""
-    from fedcore.models import pretrained_for_target
+    """Alias of the core's ``micro-vit-pretrained`` (timm micro ViT pre-trained by fedcore on digits 0-4, fresh head
+    for digits 5-9), kept so configs naming ``safedlora.micro-vit-pretrained`` still run."""
+    from fedcore.models import micro_vit_pretrained
 
-    return pretrained_for_target("micro-vit", **kwargs)[0]
+    return micro_vit_pretrained(**kwargs)
 
 
 def target_digits(**kwargs: Any):

@@ -1,0 +1,37 @@
+"""pFedPrompt and its four adapted baselines as recipes: PromptFL's pipeline with one or two slots replaced.
+
+Each is the pipeline ``examples/prompt_pfedprompt.py`` builds for that method (few-shot disjoint partition,
+every client each round, prompt share, CoOp update, uniform mean), by component names:
+
+* ``pfedprompt``: evaluate = ``pfedprompt`` (global prompt + local feature attention, Eq. 5.7);
+* ``promptfl-ft``: evaluate = ``promptfl-ft`` (each client fine-tunes the global prompt, then evaluates);
+* ``promptper``: evaluate = ``promptper``; the model needs personal context (``n_personal`` of ``prompted-clip``);
+* ``promptprox``: local_update = ``promptprox`` (CE + mu/2 ||P - P_g||^2);
+* ``promptamp``: aggregate = ``promptamp`` (per-client cloud prompts), evaluate = ``personal-prompt-eval``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fedcore import Recipe
+from fedcore_clip.configs import TEST_SETUP
+from fedcore_promptfl.recipes import PROMPTFL_SLOTS
+
+
+def _promptfl_with(help: str, test_setup: dict[str, Any] | None = None, **slots: Any) -> Recipe:
+    return Recipe(slots={**PROMPTFL_SLOTS, **slots}, help=help, test_setup=test_setup or TEST_SETUP)
+
+
+RECIPES = {
+    "pfedprompt": _promptfl_with("pFedPrompt (Guo et al. 2023): PromptFL's shared prompt plus each client's local "
+                                 "feature attention at evaluation", evaluate="pfedprompt"),
+    "promptfl-ft": _promptfl_with("PromptFL+FT: PromptFL, then every client fine-tunes the global prompt locally",
+                                  evaluate="promptfl-ft"),
+    "promptper": _promptfl_with("PromptPer: FedPer on the prompt, personal context vectors stay on the client "
+                                "(model: prompted-clip with n_personal > 0)", evaluate="promptper",
+                                test_setup={**TEST_SETUP, "model": {**TEST_SETUP["model"], "n_personal": 2}}),
+    "promptprox": _promptfl_with("PromptProx: FedProx on the prompt, CE + mu/2 ||P - P_global||^2",
+                                 local_update="promptprox"),
+    "promptamp": _promptfl_with("PromptAMP: FedAMP on the prompt, a cloud prompt per client from similar clients",
+                                aggregate="promptamp", evaluate="personal-prompt-eval"),
+}

@@ -1,0 +1,85 @@
+"""What a config can name: prompted-clip with fedcore's pre-trained tiny CLIP or open_clip weights, clip.shapes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedcore.cli import main
+from fedcore_clip.configs import load_clip, prompted_clip_model, shapes
+from fedcore_clip.pretrain import load_pretrained
+from fedcore_clip.testing import one_thread
+
+CONFIG = """
+rounds = 2
+num_clients = 3
+recipe = "promptfl"
+dataset = {{ name = "clip.shapes", n_train_per_class = 4, n_test_per_class = 2, num_classes = 6 }}
+model = {{ name = "prompted-clip", n_ctx = 4, {model} }}
+[pipeline]
+local_update = {{ epochs = 1, lr = 0.02 }}
+[checkpoint]
+every = 0
+"""
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+def _run(tmp_path: Path, name: str, model: str, capsys) -> tuple[int, str, list[dict]]:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(CONFIG.format(model=model))
+    out = tmp_path / "runs" / name
+    code = main(["run", str(path), "--out", str(out), "--progress", "none"])
+    err = capsys.readouterr().err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if code == 0 else []
+    return code, err, rows
+
+
+def test_pretrained_tiny_clip_by_name_through_fedcore_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "cache"))
+    code, err, rows = _run(tmp_path, "a", 'pretrained = "fedcore-shapes", pretrain_steps = 3', capsys)
+    assert code == 0, err
+    assert len(rows) == 2 and all(r["clients"] == [0, 1, 2] for r in rows)
+    cached = list((tmp_path / "cache" / "pretrained").glob("fedcore-tiny-clip-shapes-*.safetensors"))
+    assert len(cached) == 1  # pre-trained once, into the cache
+    resolved = json.loads((tmp_path / "runs" / "a" / "manifest.json").read_text())["model"]
+    assert resolved["pretrained"] == "fedcore-shapes" and resolved["classnames"][0] == "red circle"
+    code, err, again = _run(tmp_path, "b", 'pretrained = "fedcore-shapes", pretrain_steps = 3', capsys)
+    assert code == 0 and [r["test_accuracy"] for r in again] == [r["test_accuracy"] for r in rows]
+    # the model's backbone is the cached pre-trained one, not a random one
+    backbone, _ = load_pretrained("shapes", steps=3)
+    model = prompted_clip_model(classnames=["red circle"], pretrained="fedcore-shapes", pretrain_steps=3, n_ctx=4)
+    random = prompted_clip_model(classnames=["red circle"], n_ctx=4)
+    first = next(iter(backbone.model.state_dict()))
+    assert torch.equal(model.backbone.model.state_dict()[first], backbone.model.state_dict()[first])
+    assert not torch.equal(random.backbone.model.state_dict()[first], backbone.model.state_dict()[first])
+
+
+def test_open_clip_tags_give_one_clear_error(tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network: fail fast, as here
+    code, err, _ = _run(tmp_path, "c", 'arch = "RN50", pretrained = "nope"', capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "pretrained = 'nope' is neither a tag of open_clip architecture 'RN50' (openai, yfcc15m, cc12m)" in err
+    with pytest.raises(Exception, match=r"open_clip weights RN50/openai are not available here") as info:
+        load_clip("RN50", "openai")
+    assert "\n" not in str(info.value)
+    with pytest.raises(Exception, match="fedcore's own fedcore-tiny-clip; got arch = 'RN50'"):
+        load_clip("RN50", "fedcore-digits")
+
+
+def test_shapes_data_set_and_classnames_required():
+    train, test = shapes(n_train_per_class=2, n_test_per_class=1, num_classes=4)
+    assert train.classes == ["red circle", "red square", "red triangle", "red cross"]
+    assert len(train) == 8 and len(test) == 4 and int(train.y.max()) == 3
+    with pytest.raises(ValueError, match="num_classes = 31; choose 1..30"):
+        shapes(num_classes=31)
+    with pytest.raises(Exception, match="prompted-clip needs classnames"):
+        prompted_clip_model()

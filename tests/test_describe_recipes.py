@@ -1,0 +1,70 @@
+"""Recipes are discoverable: ``fedcore plugins`` lists them, ``fedcore describe RECIPE`` shows each slot's component
+with its settings as the recipe sets them, ``python -m fedcore describe fedavg`` works."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import fedcore
+from fedcore.cli import main
+from fedcore.describe import describe_name
+
+
+def run_cli(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plugins_lists_every_recipe_with_its_help_and_distribution(capsys):
+    rc, out, err = run_cli(capsys, "plugins")
+    assert rc == 0, err
+    recipes_part = out.split("recipes (fedcore describe NAME", 1)[1]
+    for entry in fedcore.plugins.registry().entries("recipe"):
+        line = next(line for line in recipes_part.splitlines() if f" {entry.name} " in line)
+        assert entry.help[:40] in line and (entry.distribution or "-") in line
+    assert "recipe fedavg" not in out.split("recipes (", 1)[0]  # not repeated among the components
+
+
+def test_describe_recipe_json_names_slots_components_and_the_recipe_settings(capsys):
+    rc, out, err = run_cli(capsys, "describe", "fedprox", "--json")
+    assert rc == 0, err
+    info = json.loads(out)
+    recipe = next(i for i in [info, *info["also"]] if i["kind"] == "recipe")
+    assert recipe["slots"] == {"split": "whole-model", "select": "all-data", "local_update": "sgd",
+                               "aggregate": "fedavg", "schedule": "uniform"}
+    update = next(p for p in recipe["components"] if p["slot"] == "local_update")
+    rows = {r["name"]: r for r in update["settings"]}
+    assert rows["mu"]["value"] == 0.01 and rows["mu"]["set_by_recipe"] and rows["mu"]["default"] == 0.0
+    assert rows["lr"]["value"] == rows["lr"]["default"] == 0.05 and not rows["lr"]["set_by_recipe"]
+    assert update["distribution"] == "fedcore" and recipe["test_setup"]["model"] == {"name": "tiny-mlp"}
+
+
+def test_describe_recipe_text_is_a_slot_table(capsys):
+    rc, out, err = run_cli(capsys, "describe", "promptamp")
+    assert rc == 0, err
+    assert "promptamp  recipe from plugin pfedprompt (fedcore-pfedprompt" in out
+    aggregate = next(line for line in out.splitlines() if "│ aggregate" in line)
+    assert "promptamp" in aggregate and "self_weight=0.5" in aggregate and "sigma=5.0" in aggregate
+    partition = next(line for line in out.splitlines() if "│ partition" in line)
+    assert "*mode='disjoint'" in partition and "*shots=2" in partition
+    assert 'recipe = "promptamp"' in out
+
+
+def test_describe_name_of_a_prompt_recipe_matches_its_pipeline():
+    info = next(i for i in [describe_name("pfedprompt"), *describe_name("pfedprompt")["also"]] if i["kind"] == "recipe")
+    pipe = fedcore.recipe("pfedprompt")
+    assert type(pipe.provider("evaluate")).__name__ == "PFedPromptEval" and info["slots"]["evaluate"] == "pfedprompt"
+    assert type(pipe.provider("split")).__name__ == "PromptShare" and info["slots"]["split"] == "prompt-share"
+
+
+def test_python_m_fedcore_describes_a_recipe():
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "fedavg"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "fedavg  component from plugin builtin" in proc.stdout
+    assert "fedavg  recipe from plugin builtin" in proc.stdout
+    assert "local_update" in proc.stdout and "sgd" in proc.stdout
