@@ -23,7 +23,8 @@ def test_plugins_lists_every_recipe_with_its_help_and_distribution(capsys):
     assert rc == 0, err
     recipes_part = out.split("recipes (fedcore describe NAME", 1)[1]
     for entry in fedcore.plugins.registry().entries("recipe"):
-        line = next(line for line in recipes_part.splitlines() if f" {entry.name} " in line)
+        line = next(line for line in recipes_part.splitlines()  # the row whose first cell is the name
+                    if line.lstrip("│| ").split(" ", 1)[0] == entry.name)
         assert entry.help[:40] in line and (entry.distribution or "-") in line
     assert "recipe fedavg" not in out.split("recipes (", 1)[0]  # not repeated among the components
 
