@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import json
 from pathlib import Path
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -27,7 +27,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, our prefix, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, our prefix, no usage dump
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -86,6 +86,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_experiment(materials, out=args.out, resume=args.resume, overwrite=args.overwrite,
                              progress=args.progress)
     rows = outcome.rows
+    if outcome.state == "failed":
+        print(f"fedcore: error: the run failed: {outcome.error}", file=sys.stderr)
+        print(f"run directory: {outcome.run_dir}")
+        return EXIT_FAILED
     if outcome.state == "already-finished":
         print(f"{outcome.run_dir}: the run already finished ({len(rows)} rounds); nothing to resume")
     else:
@@ -145,7 +149,8 @@ def _describe_name(name: str, *, as_json: bool) -> int:
             for col in ("setting", "type", "default", "allowed", "help"):
                 table.add_column(col)
             for row in entry["settings"]:
-                default = "(required)" if row["required"] else "" if row["name"].startswith("**") else repr(row["default"])
+                default = ("(required)" if row["required"] else "" if row["name"].startswith("**")
+                           else repr(row["default"]))
                 table.add_row(row["name"], row["type"], default, row["allowed"], row["help"])
             console.print(table)
         elif entry["kind"] != "table":

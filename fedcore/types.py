@@ -6,7 +6,7 @@ tensors mean. Records that describe a decision are frozen; the few that carry st
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -16,6 +16,14 @@ from torch import nn
 from fedcore.stash import Stash
 
 TensorDict = dict[str, torch.Tensor]
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:  # typed converters: mypy cannot type ``converter=tuple``
+    return tuple(value)
+
+
+def _indices(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
 
 
 def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
@@ -73,8 +81,8 @@ class Share:
     """
 
     module: nn.Module
-    download: tuple[str, ...] = attrs.field(converter=tuple)
-    upload: tuple[str, ...] = attrs.field(converter=tuple)
+    download: tuple[str, ...] = attrs.field(converter=_names)
+    upload: tuple[str, ...] = attrs.field(converter=_names)
     endpoint: Any = None
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
@@ -88,7 +96,7 @@ class ClientData:
     """A client's data for one round: the dataset and the selected indices into it."""
 
     dataset: Any
-    indices: tuple[int, ...] = attrs.field(converter=tuple)
+    indices: tuple[int, ...] = attrs.field(converter=_indices)
 
     def __len__(self) -> int:
         return len(self.indices)

@@ -20,7 +20,8 @@ def float_buffer_names(model: nn.Module) -> frozenset[str]:
     return frozenset(name for name, buf in model.named_buffers() if buf is not None and buf.is_floating_point())
 
 
-def convex_mean(updates: Sequence[ClientUpdate], weights: Sequence[float], keys: frozenset[str] | set[str]) -> TensorDict:
+def convex_mean(updates: Sequence[ClientUpdate], weights: Sequence[float], keys: frozenset[str] | set[str]
+                ) -> TensorDict:
     """For each of ``keys`` that some update carries: the mean of the uploaded values, weights normalised to 1.
 
     Negative weights are refused: the result must stay in the convex hull of what clients sent.

@@ -40,7 +40,10 @@ def _plain_tensor(t: torch.Tensor, shared: set[int]) -> bool:
 
 
 def _shared_storages(module: nn.Module) -> set[int]:
-    """Storages that several tensors of ``module`` point into (views, aliases): they go to deepcopy, which keeps them shared."""
+    """Storages that several tensors of ``module`` point into (views, aliases).
+
+    They go to deepcopy, which keeps them shared.
+    """
     tensors: dict[int, torch.Tensor] = {}
     for m in module.modules():
         for t in (*m._parameters.values(), *m._buffers.values(),

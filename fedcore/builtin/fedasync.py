@@ -89,4 +89,5 @@ class FedAsyncMix:
         alpha = self.alpha * sum(ni * si for ni, si in zip(n, s)) / sum(n)
         current = model.state_dict()
         return AggregateResult(state=mix(current, target, alpha),
-                               metrics={"mix_alpha": alpha, "mean_staleness": float(np.mean([u.staleness for u in updates]))})
+                               metrics={"mix_alpha": alpha,
+                                        "mean_staleness": float(np.mean([u.staleness for u in updates]))})

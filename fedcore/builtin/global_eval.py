@@ -12,7 +12,8 @@ from fedcore.data.arrays import batches
 from fedcore.settings import setting
 
 
-def accuracy_and_loss(model: nn.Module, dataset: Any, indices: Any = None, batch_size: int = 512) -> tuple[float, float]:
+def accuracy_and_loss(model: nn.Module, dataset: Any, indices: Any = None, batch_size: int = 512
+                      ) -> tuple[float, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` in eval mode (train mode is restored after)."""
     was_training = model.training
     model.eval()
