@@ -9,7 +9,7 @@ the old model, so one bad round does not poison every later one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -23,11 +23,18 @@ VARIANCE_BUFFER = "running_var"
 """Entries named ``*.running_var`` (BatchNorm's running variance) must never be negative."""
 
 
+def _label(component: Any) -> str:
+    from fedcore.plugins import registry
+
+    entry = registry().find(component)
+    return entry.name if entry is not None else type(component).__name__
+
+
 def aggregate_component(pipeline: Pipeline) -> str:
-    """The pipeline's ``aggregate`` provider by name, with the wrappers around it."""
+    """The pipeline's ``aggregate`` provider by its registered name (else its class), with its wrappers."""
     impls = pipeline.plugin_manager.hook.fedcore_aggregate.get_hookimpls()
-    provider = ", ".join(pipeline.name_of(i.plugin) for i in impls if not i.wrapper)
-    wrappers = [pipeline.name_of(i.plugin) for i in impls if i.wrapper]
+    provider = ", ".join(_label(i.plugin) for i in impls if not i.wrapper)
+    wrappers = [_label(i.plugin) for i in impls if i.wrapper]
     return provider + (f" (wrapped by {', '.join(wrappers)})" if wrappers else "")
 
 
