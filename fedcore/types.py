@@ -169,7 +169,8 @@ class AggregateResult:
     ``state`` holds new values for the global entries it names (entries not named keep their
     value). ``per_client`` optionally gives a different download for individual clients (a
     personalised aggregate, e.g. PromptAMP); the engine loads it into that client's share (the
-    entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics`` lands in the round's history row.
+    entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics``
+    lands in the round's history row.
     """
 
     state: TensorDict = attrs.field(repr=False)

@@ -1,4 +1,4 @@
-"""No silent faults: the engine checks each aggregate, reports rounds that moved nothing, fails runs that did nothing."""
+"""No silent faults: the engine checks each aggregate, reports rounds that moved nothing, fails idle runs."""
 import json
 import logging
 
@@ -75,8 +75,8 @@ def test_the_report_names_wrappers_around_the_provider():
 
 
 def test_an_aggregate_that_does_not_fit_the_model_stops_the_run_naming_the_component():
-    with pytest.raises(AggregateError, match=r"the aggregate from PoisonRound \(wrapped by _Reshape\): entry '2.weight' "
-                                             r"has shape \(1, 64\), the global model has \(32, 64\)"):
+    with pytest.raises(AggregateError, match=r"the aggregate from PoisonRound \(wrapped by _Reshape\): entry "
+                                             r"'2.weight' has shape \(1, 64\), the global model has \(32, 64\)"):
         bn_run([PoisonRound(factor=1.0, entry="2.weight"), _Reshape()], rounds=2)
 
 
@@ -119,7 +119,8 @@ def test_a_run_whose_clients_all_fail_ends_failed_with_exit_1(tmp_path, capsys):
     assert status["error"].startswith("no round of 2 applied a client update")
     assert "fedcore: error: the run failed: no round of 2 applied a client update" in err
     assert all("round_failed" in json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
-    rc = main(["run", str(config), "--out", str(tmp_path / "ok"), "--progress", "none", "--set", "faults.lost_upload=0.0"])
+    rc = main(["run", str(config), "--out", str(tmp_path / "ok"), "--progress", "none",
+               "--set", "faults.lost_upload=0.0"])
     assert rc == 0 and json.loads((tmp_path / "ok" / "status.json").read_text())["state"] == "finished"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 import copy
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -77,7 +77,7 @@ class _Cloner:
                 data = obj.clone(memory_format=torch.preserve_format)
             new = nn.Parameter(data, requires_grad=obj.requires_grad) if cls is nn.Parameter else data
         elif isinstance(obj, nn.Module) and _plain_module_class(cls):
-            new = cls.__new__(cls)
+            new = cast(Any, cls).__new__(cls)  # cls is type(obj): mypy cannot pick a __new__ overload
             memo[oid] = new
             copy._keep_alive(obj, memo)  # type: ignore[attr-defined]  # as deepcopy does: obj outlives the memo
             fields = new.__dict__
