@@ -150,3 +150,13 @@ def test_every_component_gets_the_run_checks_and_the_check_fixture_has_batchnorm
     assert names[-2:] == ["check_stash_survives_checkpoint", "check_resume_equals_uninterrupted"]
     model = CHECK_FIXTURE.model_factory()
     assert isinstance(model[0], torch.nn.BatchNorm2d) and "0.running_var" in model.state_dict()
+
+
+def test_known_failures_must_name_registered_components_and_checks_they_run():
+    from fedcore.errors import ConfigError
+    from fedcore.testing import parametrize_registered
+
+    with pytest.raises(ConfigError, match=r"not registered: \['no-such-component'\]"):
+        parametrize_registered(known_failures={"no-such-component": {"check_select": "reason"}})
+    with pytest.raises(ConfigError, match=r"expected failure\(s\) \['check_select'\] name no check it runs"):
+        parametrize_registered(known_failures={"fedavg": {"check_select": "fedavg selects nothing"}})
