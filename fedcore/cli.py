@@ -88,6 +88,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_experiment(materials, out=args.out, resume=args.resume, overwrite=args.overwrite,
                              progress=args.progress)
     rows = outcome.rows
+    if outcome.state == "failed":
+        print(f"fedcore: error: the run failed: {outcome.error}", file=sys.stderr)
+        print(f"run directory: {outcome.run_dir}")
+        return EXIT_FAILED
     if outcome.state == "already-finished":
         print(f"{outcome.run_dir}: the run already finished ({len(rows)} rounds); nothing to resume")
     else:

@@ -49,8 +49,16 @@ class MissingSlotError(FedcoreError):
     """A slot has no provider and no default, or its provider returned nothing."""
 
 
+class AggregateError(FedcoreError):
+    """An aggregate does not fit the global model (an entry it does not have, or a changed shape).
+
+    The message names the component that filled the ``aggregate`` slot. Numerical faults (NaN, Inf, a
+    negative variance) are not raised: the engine reports the round and keeps the old model.
+    """
+
+
 __all__ = [
-    "BrokenPluginError", "ConfigError", "FedcoreError", "MissingSlotError", "PluginConflictError",
+    "AggregateError", "BrokenPluginError", "ConfigError", "FedcoreError", "MissingSlotError", "PluginConflictError",
     "SlotConflictError", "UnknownComponentError",
 ]
 

@@ -18,16 +18,16 @@ from fedcore.stash import Stash
 TensorDict = dict[str, torch.Tensor]
 
 
-def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(i) for i in part) for part in value)
-
-
-def _names(value: Iterable[str]) -> tuple[str, ...]:
+def _names(value: Iterable[str]) -> tuple[str, ...]:  # typed converters: mypy cannot type ``converter=tuple``
     return tuple(value)
 
 
 def _indices(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(value)
+
+
+def _as_index_tuple(value: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(i) for i in part) for part in value)
 
 
 @attrs.frozen(kw_only=True)

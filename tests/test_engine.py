@@ -10,7 +10,7 @@ from torch import nn
 
 import fedcore
 from fedcore.builtin import DirichletPartition, FedAvg, GivenPartition, SGDUpdate, UniformSync, weighted_mean
-from fedcore.errors import ConfigError
+from fedcore.errors import AggregateError, ConfigError
 from fedcore.stash import StashKey
 from fedcore.testing import ContractFixture, HookRecorder, run_tiny_pipeline, tiny_data
 from fedcore.types import AggregateResult
@@ -158,9 +158,11 @@ class WrongAggregate:
 
 
 def test_an_aggregate_that_does_not_match_the_model_is_a_clear_error():
-    with pytest.raises(KeyError, match=r"the aggregate names entries the global model does not have: \['head.weight'\]"):
+    with pytest.raises(AggregateError, match=r"the aggregate from WrongAggregate names entries the global model does "
+                                             r"not have: \['head.weight'\]"):
         run_tiny_pipeline([WrongAggregate(state={"head.weight": torch.zeros(2)})], rounds=1)
-    with pytest.raises(ValueError, match=r"aggregate entry '1.bias' has shape \(3,\), the global model has \(32,\)"):
+    with pytest.raises(AggregateError, match=r"the aggregate from WrongAggregate: entry '1.bias' has shape \(3,\), "
+                                             r"the global model has \(32,\)"):
         run_tiny_pipeline([WrongAggregate(state={"1.bias": torch.zeros(3)})], rounds=1)
 
 

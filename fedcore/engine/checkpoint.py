@@ -59,6 +59,14 @@ TENSORS, STATE, DIGEST = "tensors.safetensors", "state.json", "state.json.sha256
 _NAME = re.compile(r"^round-(\d{6,})$")
 
 
+def _round_of(path: Path) -> int:
+    """The round number of a checkpoint directory named ``round-NNNNNN``."""
+    match = _NAME.match(path.name)
+    if match is None:
+        raise CheckpointError(f"{path} is not a checkpoint directory (round-NNNNNN)")
+    return int(match.group(1))
+
+
 def _partition_digest(engine: Engine) -> str:
     part = engine.run_ctx.partition
     text = json.dumps([list(part.train), None if part.test is None else list(part.test)]) if part else "null"
@@ -118,7 +126,8 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
     return state, tensors
 
 
-def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> tuple[ResumePoint, dict | None]:
+def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]
+            ) -> tuple[ResumePoint, dict | None]:
     """Put a snapshot back into a set-up engine. Returns the resume point and, when the global model's
     entries do not match yet (a round-start observer changes the model), the model state to load later."""
     run = engine.run_ctx
@@ -303,10 +312,10 @@ class Checkpointer:
             if problems and path is not None:
                 self.report(f"falling back to {path.name}")
             if self.resume:  # set bad newer checkpoints aside (kept for inspection, never loaded again)
-                good_round = -1 if path is None else int(_NAME.match(path.name).group(1))
-                for p in list_checkpoints(self.root):
-                    if int(_NAME.match(p.name).group(1)) > good_round:
-                        os.replace(p, p.with_name(f"corrupt-{p.name}-{os.getpid()}"))
+                good_round = -1 if path is None else _round_of(path)
+                for old in list_checkpoints(self.root):
+                    if _round_of(old) > good_round:
+                        os.replace(old, old.with_name(f"corrupt-{old.name}-{os.getpid()}"))
             self._loaded = (path, state, tensors)
         return self._loaded[0], self._loaded[1]
 
@@ -317,7 +326,7 @@ class Checkpointer:
         if path is None:
             self.report("no usable checkpoint; starting from round 0")
             return None
-        assert state is not None and self._loaded is not None
+        assert state is not None and self._loaded is not None and self._loaded[2] is not None
         point, self._pending_model = restore(engine, state, self._loaded[2])
         self._loaded = (path, state, None)  # the tensors now live in the engine
         return point

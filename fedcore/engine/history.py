@@ -44,6 +44,18 @@ class History:
             raise KeyError(f"no round recorded {key!r}")
         return max(values)
 
+    def failure(self) -> str | None:
+        """Why the run as a whole failed, or ``None``: it did when no round applied an aggregate of client updates.
+
+        A round applies one when some update reached aggregation and the aggregate passed the engine's
+        checks (no ``aggregate_fault``); rounds that failed are marked ``round_failed`` in their rows.
+        """
+        if not self.rows or any(r.get("clients") and "aggregate_fault" not in r for r in self.rows):
+            return None
+        reasons = [r["round_failed"] for r in self.rows if "round_failed" in r]
+        last = f"; last: {reasons[-1]}" if reasons else ""
+        return f"no round of {len(self.rows)} applied a client update ({len(reasons)} failed{last})"
+
     def comparable(self) -> list[dict[str, Any]]:
         """Rows without wall-clock fields: what must be identical between two runs with the same seed."""
         return [{k: v for k, v in r.items() if "wall" not in k} for r in self.rows]

@@ -7,8 +7,9 @@ into one cohort per actor (job ``i`` goes to actor ``i % num_workers``), and eac
 the whole wave. A job travels with the client's share (download applied) and local state; the update's
 ``base`` stays on the server. Shares with a server endpoint (split learning) are refused at the first
 dispatch with a ``ConfigError`` until a distributed endpoint exists. A job's context carries no server
-state (``run=None``: client-side code reaches the server only through its channel). The result brings back the update, the client's
-state and the channel's transfer rows, so the ledger and the client states are the same as inline.
+state (``run=None``: client-side code reaches the server only through its channel). The result brings back
+the update, the client's state and the channel's transfer rows, so the ledger and the client states are the
+same as inline.
 Per-job randomness comes from ``(seed, round, client)`` streams, so histories are identical to the
 inline executor's for the same seed (with the same intra-op thread count, see ``threads_per_worker``).
 """

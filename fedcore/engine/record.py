@@ -1,6 +1,7 @@
 """Aggregation and the round's history row: merge the arrivals, evaluate, collect metrics and runtime numbers."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -8,6 +9,7 @@ import torch
 from torch import nn
 
 from fedcore.contexts import RoundContext
+from fedcore.engine.aggregate_check import aggregate_component, check_fit, numeric_problem
 from fedcore.types import AggregateResult, ClientUpdate
 
 if TYPE_CHECKING:
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
 
 EVENT_KEYS = ("failed", "rejected", "dropped", "share_changed", "cancelled", "unavailable", "dropout", "lost")
 """History-row keys for what happened to clients in a round (present only when non-empty)."""
+
+log = logging.getLogger("fedcore")
 
 
 def load_entries(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -26,7 +30,8 @@ def load_entries(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for k, v in state.items():
             if own[k].shape != v.shape:
-                raise ValueError(f"aggregate entry {k!r} has shape {tuple(v.shape)}, the global model has {tuple(own[k].shape)}")
+                raise ValueError(f"aggregate entry {k!r} has shape {tuple(v.shape)}, the global model has "
+                                 f"{tuple(own[k].shape)}")
             own[k].copy_(v)
 
 
@@ -54,25 +59,43 @@ def aggregate(engine: Engine, ctx: RoundContext, arrived: list[ClientUpdate], ev
     run = engine.run_ctx
     server = run.server
     agg_metrics: dict[str, float] = {}
+    failure: str | None = None
+    fault: dict[str, str] | None = None
     if arrived:
         arrived.sort(key=lambda u: u.client_id)
         result: AggregateResult = engine.hooks.fedcore_aggregate(model=server.model, updates=arrived, ctx=ctx)
-        load_entries(server.model, result.state)
-        for cid, view in result.per_client.items():
-            server.client_views[int(cid)] = view
+        component = aggregate_component(engine.pipeline)
+        check_fit(server.model, result.state, component)
+        problem = numeric_problem(result.state)
+        if problem is None:
+            load_entries(server.model, result.state)
+            for cid, view in result.per_client.items():
+                server.client_views[int(cid)] = view
+        else:  # keep the old model: one bad aggregate must not poison every later round
+            fault = {"component": component, "problem": problem}
+            failure = f"the aggregate from {component} was refused: {problem}"
         agg_metrics = dict(result.metrics)
+    elif any(events.values()):  # clients were given work this round and none of it reached aggregation
+        what = ", ".join(f"{key} {len(items)}" for key, items in events.items() if items)
+        failure = f"no client update reached aggregation ({what})"
+    if failure is not None:
+        log.warning("round %s failed, the global model is kept: %s", ctx.round, failure)
     server.version += 1
     record: dict[str, Any] = {"round": ctx.round, "clients": [u.client_id for u in arrived]}
     total = sum(u.num_examples for u in arrived)
     losses = [(u.metrics["loss"], u.num_examples) for u in arrived if "loss" in u.metrics]
     if losses:
-        record["train_loss"] = float(sum(l * n for l, n in losses) / sum(n for _, n in losses))
+        record["train_loss"] = float(sum(loss * n for loss, n in losses) / sum(n for _, n in losses))
     record["num_examples"] = total
     if any(u.staleness for u in arrived):
         record["max_staleness"] = max(u.staleness for u in arrived)
     for key, items in events.items():
         if items:
             record[key] = items
+    if failure is not None:
+        record["round_failed"] = failure
+    if fault is not None:
+        record["aggregate_fault"] = fault
     new_rows = run.ledger.rows[ledger_mark:]
     record["bytes_up"] = sum(r.nbytes for r in new_rows if r.direction == "up")
     record["bytes_down"] = sum(r.nbytes for r in new_rows if r.direction == "down")

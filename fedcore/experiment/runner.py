@@ -86,7 +86,9 @@ class Outcome:
     run_dir: Path
     rows: list[dict[str, Any]]
     state: str
+    """``finished``, ``failed`` (no round applied a client update) or ``already-finished`` (a resume)."""
     resumed_from: str | None = None
+    error: str | None = None
 
 
 def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str | Path | None = None,
@@ -159,6 +161,10 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     key = accuracy_key(rows[-1]) if rows else None
     if key:
         summary["final_" + key] = rows[-1][key]
+    failure = result.history.failure()
+    if failure is not None:  # every round failed: the run produced nothing, say so and exit non-zero
+        rd.write_status("failed", error=failure, **summary)
+        return Outcome(run_dir=rd.path, rows=rows, state="failed", resumed_from=resumed_from, error=failure)
     rd.write_status("finished", **summary)
     return Outcome(run_dir=rd.path, rows=rows, state="finished", resumed_from=resumed_from)
 

@@ -10,11 +10,13 @@ from fedcore.testing.contracts import (
     parametrize_with_checks,
 )
 from fedcore.testing.fixtures import (
+    CHECK_FIXTURE,
     ContractFixture,
     HookRecorder,
     build_engine,
     round_context,
     run_tiny_pipeline,
+    tiny_bn_model,
     tiny_data,
     tiny_model,
     tiny_vit,
@@ -22,7 +24,7 @@ from fedcore.testing.fixtures import (
 from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
-    "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS", "build_engine",
-    "checks_for", "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context",
-    "run_tiny_pipeline", "tiny_data", "tiny_model", "tiny_vit",
+    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS",
+    "build_engine", "checks_for", "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context",
+    "run_tiny_pipeline", "tiny_bn_model", "tiny_data", "tiny_model", "tiny_vit",
 ]

@@ -23,7 +23,8 @@ from fedcore.engine.dispatch import build_job
 from fedcore.errors import ConfigError
 from fedcore.registry import slots_of
 from fedcore.testing.cohort import COHORT_CHECKS
-from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
+from fedcore.testing.fixtures import CHECK_FIXTURE, ContractFixture, build_engine, round_context
+from fedcore.testing.resume import RUN_CHECKS
 from fedcore.types import ClientData, ClientUpdate
 
 Check = Callable[[Any], None]
@@ -72,6 +73,7 @@ def check_registers_cleanly(component: Any) -> None:
 def check_partition(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     part = engine.run_ctx.partition
+    assert part is not None, "the partition slot returned nothing"
     n = len(engine.run_ctx.train)
     assert part.num_clients == fixture.num_clients
     for c, idx in enumerate(part.train):
@@ -79,7 +81,7 @@ def check_partition(component: Any, fixture: ContractFixture) -> None:
         assert len(set(idx)) == len(idx), f"client {c} holds a sample twice"
         assert all(0 <= i < n for i in idx), f"client {c} has indices outside [0, {n})"
     again = build_engine([component], fixture).run_ctx.partition
-    assert again.train == part.train, "the same seed gave a different partition"
+    assert again is not None and again.train == part.train, "the same seed gave a different partition"
 
 
 def check_split(component: Any, fixture: ContractFixture) -> None:
@@ -103,9 +105,16 @@ def check_select(component: Any, fixture: ContractFixture) -> None:
     for _ in range(2):
         ctx = round_context(engine)
         job, share, _ = build_job(engine, run.clients[0], ctx)
+        before, training = _state_copy(share.module), share.module.training
         picks.append(tuple(engine.hooks.fedcore_select_data(
             client=run.clients[0], indices=job.pool, dataset=run.train, share=share,
             state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)))
+        assert _same_state(before, share.module.state_dict()), \
+            "selecting data modified share.module (a forward pass in train mode updates BatchNorm statistics)"
+        assert share.module.training == training, "selecting data left share.module in another train/eval mode"
+    assert picks[0], "the selector chose no samples: a client that trains must get at least one"
+    repeated = sorted({i for i in picks[0] if picks[0].count(i) > 1})
+    assert not repeated, f"the selection holds indices more than once: {repeated[:8]}"
     assert set(picks[0]) <= set(job.pool), "selected indices are not a subset of the client's pool"
     assert picks[0] == picks[1], "the same seed selected different samples"
 
@@ -182,11 +191,16 @@ def check_aggregate_single_client(component: Any, fixture: ContractFixture) -> N
 
 
 def check_aggregate_order_invariant(component: Any, fixture: ContractFixture) -> None:
-    engine = build_engine([component], fixture)
-    model = engine.run_ctx.server.model
-    updates = _fake_updates(model, 3, fixture.seed)
-    a = engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
-    b = engine.hooks.fedcore_aggregate(model=model, updates=list(reversed(updates)), ctx=round_context(engine))
+    """Client order does not change the aggregate; each order runs on a fresh engine (its own stash state)."""
+    results = []
+    for reverse in (False, True):
+        engine = build_engine([component], fixture)
+        model = engine.run_ctx.server.model
+        updates = _fake_updates(model, 3, fixture.seed)
+        order = list(reversed(updates)) if reverse else updates
+        results.append(engine.hooks.fedcore_aggregate(model=model, updates=order, ctx=round_context(engine)))
+    a, b = results
+    assert a.state.keys() == b.state.keys(), "client order changed which entries the aggregate names"
     for k in a.state:
         assert torch.allclose(a.state[k], b.state[k], atol=1e-6), f"client order changed entry {k}"
 
@@ -217,7 +231,7 @@ def check_evaluate(component: Any, fixture: ContractFixture) -> None:
         assert isinstance(k, str) and float(v) == float(v), f"metric {k}={v!r} is not a number"
 
 
-SLOT_CHECKS: dict[str, list[Callable[[Any, ContractFixture], None]]] = {
+SLOT_CHECKS: dict[str, list[Callable[..., None]]] = {
     "partition": [check_partition],
     "split": [check_split],
     "select": [check_select],
@@ -234,13 +248,19 @@ GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickle
 
 def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterator[Check]:
     """Every check that applies to ``component``: generic ones, then one group per slot it provides."""
-    fx = fixture or ContractFixture()
+    fx = fixture or CHECK_FIXTURE
     yield from GENERIC_CHECKS
     for slot in slots_of(component)[0]:
         for check in SLOT_CHECKS[slot]:
-            bound = functools.partial(check, fixture=fx)
-            functools.update_wrapper(bound, check)
-            yield bound
+            yield _bind(check, fx)
+    for check in RUN_CHECKS:
+        yield _bind(check, fx)
+
+
+def _bind(check: Callable[..., None], fixture: ContractFixture) -> Check:
+    bound = functools.partial(check, fixture=fixture)
+    functools.update_wrapper(bound, check)
+    return bound
 
 
 def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str]

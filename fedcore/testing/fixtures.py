@@ -1,10 +1,11 @@
 """Tiny, seeded, CPU-only things to test components with: data, a model, contexts, a whole run."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+from pluggy import HookImpl, Result
 import torch
 from torch import nn
 
@@ -17,7 +18,8 @@ from fedcore.models.micro import tiny_mlp
 from fedcore.pipeline import Pipeline
 
 
-def tiny_data(*, n: int = 96, n_test: int = 48, num_classes: int = 4, seed: int = 0) -> tuple[ArrayDataset, ArrayDataset]:
+def tiny_data(*, n: int = 96, n_test: int = 48, num_classes: int = 4, seed: int = 0
+              ) -> tuple[ArrayDataset, ArrayDataset]:
     """(train, test) of seeded Gaussian blobs shaped 1x8x8."""
     full = synthetic_classification(n=n + n_test, num_classes=num_classes, seed=seed)
     return full.subset(range(n)), full.subset(range(n, n + n_test))
@@ -28,6 +30,17 @@ def tiny_model(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return tiny_mlp(num_classes=num_classes)
+
+
+def tiny_bn_model(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
+    """A seeded MLP on 1x8x8 inputs behind a BatchNorm2d: the contract fixture's model.
+
+    The BatchNorm's float buffers (``0.running_mean``, ``0.running_var``) reach every aggregator, so the
+    checks see what a real CNN uploads; it normalises the input channel, so a batch of one is fine.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.BatchNorm2d(1), *tiny_mlp(num_classes=num_classes).children())
 
 
 def tiny_vit(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
@@ -44,7 +57,8 @@ class ContractFixture:
     """What the contract checks run a component on.
 
     ``companions`` fill the other slots a component needs (a local update that needs a split
-    endpoint, say); ``model_factory`` and ``data_factory`` build the model and ``(train, test)``.
+    endpoint, say); ``model_factory`` and ``data_factory`` build the model and ``(train, test)``. The
+    contract checks' own default is :data:`CHECK_FIXTURE` (BatchNorm buffers included).
     """
 
     model_factory: Callable[[], nn.Module] = tiny_model
@@ -52,6 +66,12 @@ class ContractFixture:
     companions: Sequence[Any] = ()
     num_clients: int = 3
     seed: int = 0
+
+
+CHECK_FIXTURE = ContractFixture(model_factory=tiny_bn_model)
+"""What the contract checks run on when neither the caller nor the component's CheckPlan names a fixture:
+the tiny MLP behind a BatchNorm, so every aggregator sees float buffers as a real CNN uploads them.
+(:func:`run_tiny_pipeline` keeps :func:`tiny_model`, so recorded histories of tiny runs stay valid.)"""
 
 
 def build_engine(components: Sequence[Any], fixture: ContractFixture | None = None, **overrides: Any) -> Engine:
@@ -86,10 +106,11 @@ class HookRecorder:
     def __init__(self, pipeline: Pipeline) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-        def before(hook_name: str, hook_impls: Any, kwargs: dict[str, Any]) -> None:
+        def before(hook_name: str, hook_impls: Sequence[HookImpl], kwargs: Mapping[str, Any]) -> None:
             self.calls.append((hook_name, dict(kwargs)))
 
-        def after(outcome: Any, hook_name: str, hook_impls: Any, kwargs: dict[str, Any]) -> None:
+        def after(outcome: Result[Any], hook_name: str, hook_impls: Sequence[HookImpl], kwargs: Mapping[str, Any]
+                  ) -> None:
             pass
 
         self._undo = pipeline.plugin_manager.add_hookcall_monitoring(before, after)
