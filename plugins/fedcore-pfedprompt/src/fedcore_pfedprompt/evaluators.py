@@ -47,7 +47,8 @@ class PFedPromptEval(PromptEval):
 
     alpha: float = setting(1.0, low=0.0, help="weight of the personal logits (rescale by exp(t)/100 for small CLIPs)")
     buffer: str = setting("full", choices=BUFFERS, help="full N·K_c x C memory or K_c x C class prototypes")
-    affinity: str = setting("cos", choices=AFFINITIES, help="cos (thesis Eq. 5.5) or tip = exp(-beta(1-cos)) [extension]")
+    affinity: str = setting("cos", choices=AFFINITIES,
+                            help="cos (thesis Eq. 5.5) or tip = exp(-beta(1-cos)) [extension]")
     beta: float = setting(5.5, low=0.0, help="sharpness for affinity='tip'")
     kind: str = setting("attention", choices=KINDS, help="attention (LFA) or prior (label-prior ablation)")
     alpha_grid: tuple = setting((), kind=tuple, help="extra α values to report (oracle sweep)")

@@ -31,8 +31,9 @@ from fedcore_clip.training import train_prompt
 from fedcore_clip.update import PromptUpdate
 
 __all__ = [
-    "FEATURES", "SUPPORT", "TINY", "CoOpPromptLearner", "FrozenCLIP", "ImagePrep", "PromptEval", "PromptShare", "PromptUpdate", "PromptedCLIP",
-    "architectures", "cached_features", "check_architecture", "client_classes", "create_clip", "encode_all", "gather_images",
+    "FEATURES", "SUPPORT", "TINY", "CoOpPromptLearner", "FrozenCLIP", "ImagePrep", "PromptEval", "PromptShare",
+    "PromptUpdate", "PromptedCLIP", "architectures", "cached_features", "check_architecture", "client_classes",
+    "create_clip", "encode_all", "gather_images",
     "gather_labels", "load_backbone", "macro_f1", "parameter_counts", "prompted_clip", "require_prompted",
     "support_indices", "train_prompt",
 ]

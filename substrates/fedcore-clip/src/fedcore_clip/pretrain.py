@@ -67,7 +67,8 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
+        opt, lambda s: (s + 1) / warm if s < warm
+        else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     g = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
@@ -90,7 +91,8 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
                 model.logit_scale.clamp_(0, math.log(100))
             if verbose and (step + 1) % 100 == 0:
                 print(f"pretrain {TINY} on {dataset}: step {step + 1}/{steps} loss {float(loss.detach()):.3f} "
-                      f"scale {float(model.logit_scale.detach().exp()):.1f} ({time.perf_counter() - start:.0f}s)", flush=True)
+                      f"scale {float(model.logit_scale.detach().exp()):.1f} ({time.perf_counter() - start:.0f}s)",
+                      flush=True)
     frozen = FrozenCLIP(model.eval(), name=TINY)
     info: dict[str, Any] = dict(_settings(dataset, steps, batch_size, lr, seed, n_per_class), path=str(path),
                                 train_seconds=round(time.perf_counter() - start, 1),

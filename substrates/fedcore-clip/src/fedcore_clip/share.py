@@ -2,8 +2,8 @@
 
 The frozen CLIP stays on the device (every client holds it already; it is never sent). A personalised
 download left by the aggregator (``ctx.server.client_views``, PromptAMP's cloud prompts) is applied by
-the engine and replaces the global context for that client; personal context (PromptPer's ``prompt.ctx_personal``) is restored from
-the client's own ``ClientState.tensors`` and never crosses the network.
+the engine and replaces the global context for that client; personal context (PromptPer's
+``prompt.ctx_personal``) is restored from the client's own ``ClientState.tensors`` and never crosses the network.
 """
 from __future__ import annotations
 
