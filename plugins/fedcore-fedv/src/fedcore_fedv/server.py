@@ -10,7 +10,9 @@ update, Sec. 3.2):
   the encoder is ever formed or sent. ``g_i = (L+ - L-) / (2 eps) z``.
 
 At aggregation ``w_E <- w_E - lr_t / m * sum_i g_i`` over the clients whose updates arrived
-(``lr_t = lr * decay ** (round // decay_every)``), with SGD or a persistent Adam.
+(``lr_t = lr * decay ** (round // decay_every)``), with SGD or a persistent Adam. Under asynchronous
+schedules a client's contribution may arrive rounds late: it joins the mean scaled by ``(1 + tau) ** -0.5``
+(the mean still divides by the number of contributions, so late ones pull less).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from torch.func import functional_call
 
 from fedcore.rng import derive_seed
 from fedcore_fedv.spsa import SPSA
-from fedcore_split import Segment, ServerRule, Session, SplitServerState
+from fedcore_split import Segment, ServerRule, Session, SplitServerState, StaleSession, staleness_weight
 
 
 class FedVServer(ServerRule):
@@ -111,11 +113,17 @@ class FedVServer(ServerRule):
     def learning_rate(self) -> float:
         return self.lr * self.decay ** (self.round // max(1, self.decay_every))
 
-    def finish(self, accepted: Sequence[int], weights: Mapping[int, float]) -> dict[str, torch.Tensor]:
+    def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
+               ) -> dict[str, torch.Tensor]:
+        """One encoder step from the accepted clients' contributions; a late one is scaled by ``(1 + tau) ** -0.5``."""
         segment = Segment(self.model, {"server": self.stages}, share=True)
         params = {n: p.detach() for n, p in segment.named_parameters() if p.requires_grad}
         grads = [g for c in sorted(accepted) if c in self.committed
                  for g in [self._gradient(self.sessions[c], params)] if g is not None]
+        for late in sorted(stale, key=lambda s: s.session.client_id):
+            g = self._gradient(late.session, params)
+            if g is not None:
+                grads.append({k: v * staleness_weight(late.staleness) for k, v in g.items()})
         if not grads:
             return {}
         mean = {k: sum(g[k] for g in grads) / len(grads) for k in params}  # uniform 1/m (Alg. 1 l.19)
