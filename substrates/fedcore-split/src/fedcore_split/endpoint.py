@@ -83,6 +83,7 @@ class ServerRule:
         self.sessions: dict[int, Session] = {}
         self.committed: list[int] = []
         self.transcripts: dict[int, list[tuple[str, Any]]] = {}
+        self.repeated: list[Session] = []  # earlier committed sessions of clients started again this round
 
     # -- what subclasses choose ----------------------------------------------------------------
 
@@ -125,7 +126,10 @@ class ServerRule:
 
     def open(self, client_id: int) -> Session:
         if client_id in self.sessions and client_id in self.committed:
-            raise RuntimeError(f"client {client_id} already finished a session in round {self.round}")
+            # restarted on the same version (a continuous policy refilled before aggregating): the first
+            # session's contribution stays, as a session of this round (see fedcore_split.finish)
+            self.repeated.append(self.sessions.pop(client_id))
+            self.committed.remove(client_id)
         session = Session(client_id, self.segment_for(client_id))
         if self.record:
             session.transcript = self.transcripts.setdefault(client_id, [])

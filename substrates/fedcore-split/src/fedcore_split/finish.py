@@ -17,9 +17,12 @@ arrives (or until the client is dispatched again) and then, per the rule's ``sta
   segment that has since been replaced and the optimizer state moved on; replaying them would undo newer steps.
 
 Both are counted in the round's history row (``split_stale_applied``, ``split_stale_dropped``).
+A client a continuous policy starts again before the round aggregates has two sessions in one round;
+both count (the earlier one like a session of the round, ``agg_server_sessions_repeated``).
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 import logging
 from typing import Any
@@ -55,58 +58,91 @@ def finish_round(result: AggregateResult, updates: Sequence[ClientUpdate], ctx: 
         else:
             for u in carrying:
                 srv.assigned[u.client_id] = ctx.round
-    fresh = [u.client_id for u in updates if u.version >= ctx.round]
-    stale, lost = _stale_sessions(updates, ctx)
+    arrivals = Counter(u.client_id for u in updates if u.version >= ctx.round)
+    stale, applied_early, dropped = _stale_sessions(updates, ctx)
     rule = take_rule(ctx)
     if rule is None and stale and make_rule is not None:
         rule = make_rule()  # nobody was dispatched this round: a rule of this round, with no sessions, applies them
     state = dict(result.state)
-    if rule is None and (stale or lost):
-        srv.stale_counts = (ctx.round, 0, len(stale) + lost)
-    if rule is not None:
-        applied = stale if rule.stale == "weight" else []
-        state.update(rule.finish(fresh, weights, stale=applied))
-        used = len([c for c in rule.committed if c in fresh])
-        waiting = _keep_waiting(rule, fresh, ctx)
-        metrics["server_sessions_used"] = float(used)
-        metrics["server_sessions_dropped"] = float(len(rule.sessions) - used - waiting)
-        if waiting:
-            metrics["server_sessions_waiting"] = float(waiting)
-        dropped = lost + (len(stale) - len(applied))
-        if stale or lost:
-            srv.stale_counts = (ctx.round, len(applied), dropped)
-            if dropped:
-                log.info("round %s: dropped %d stale server session(s) (%s)", ctx.round, dropped,
-                         "the sequential server segment they stepped has been replaced" if rule.stale == "drop"
-                         else "their session was not kept: the client was dispatched again or the run resumed")
+    applied: list[StaleSession] = []
+    if rule is None:
+        dropped += len(stale)
+    elif rule.stale == "drop":
+        dropped += len(stale)
+        state.update(rule.finish(sorted(arrivals), weights))
+        used = [c for c in rule.committed if arrivals[c] > _started(rule, c)]
+        _session_metrics(metrics, rule, len(used), _keep_waiting(rule, ctx, arrivals))
+    else:
+        applied = stale
+        # a client's sessions arrive in the order they started: its latest one has arrived when it has
+        # more updates here than earlier (repeated) sessions this round
+        current = [c for c in sorted(arrivals) if c in rule.committed and arrivals[c] > _started(rule, c)]
+        again = [StaleSession(session=s, staleness=0) for s in rule.repeated if s.client_id in arrivals]
+        state.update(rule.finish(current, weights, stale=applied + again))
+        _session_metrics(metrics, rule, len(current), _keep_waiting(rule, ctx, arrivals))
+    _forget_finished(ctx)
+    if stale or applied_early or dropped:
+        srv.stale_counts = (ctx.round, len(applied) + applied_early, dropped)
+        if dropped:
+            log.info("round %s: dropped %d stale server session(s) (a sequential server segment they stepped "
+                     "has been replaced, or their session was not kept across a resume)", ctx.round, dropped)
     return attrs.evolve(result, state=state, metrics={**dict(result.metrics), **metrics})
 
 
-def _stale_sessions(updates: Sequence[ClientUpdate], ctx: RoundContext) -> tuple[list[StaleSession], int]:
-    """The kept sessions of the stale updates, and how many stale updates have none (lost at resume)."""
+def _started(rule: ServerRule, client_id: int) -> int:
+    """How many earlier sessions this client committed this round before its latest one."""
+    return sum(1 for s in rule.repeated if s.client_id == client_id)
+
+
+def _session_metrics(metrics: dict[str, float], rule: ServerRule, used: int, waiting: int) -> None:
+    metrics["server_sessions_used"] = float(used)
+    metrics["server_sessions_dropped"] = float(len(rule.sessions) - used - waiting)
+    if waiting:
+        metrics["server_sessions_waiting"] = float(waiting)
+    if rule.repeated:
+        metrics["server_sessions_repeated"] = float(len(rule.repeated))
+
+
+def _stale_sessions(updates: Sequence[ClientUpdate], ctx: RoundContext) -> tuple[list[StaleSession], int, int]:
+    """For the stale updates: their kept sessions, how many were applied early, how many have no session."""
     srv = server_state(ctx)
-    found, lost = [], 0
+    found, early, lost = [], 0, 0
     for u in updates:
         if u.version >= ctx.round:
             continue
         entry = srv.pending.pop(u.client_id, None)
-        if entry is None or entry[0] != u.version or u.client_id not in entry[1].committed:
+        if entry is None or entry[0] != u.version:
+            lost += 1  # not kept across a resume
+        elif entry[1] == APPLIED:
+            early += 1
+        elif entry[1] == DROP:
             lost += 1
-            continue
-        session = entry[1].sessions[u.client_id]
-        found.append(StaleSession(session=session, staleness=ctx.round - u.version))
-    return found, lost
+        else:
+            found.append(StaleSession(session=entry[1].sessions[u.client_id], staleness=ctx.round - u.version))
+    return found, early, lost
 
 
-def _keep_waiting(rule: ServerRule, fresh: Sequence[int], ctx: RoundContext) -> int:
-    """Keep the committed sessions whose updates have not arrived (still in flight under an async schedule)."""
+APPLIED, DROP = "applied", "drop"  # pending markers: steps already in the segment / steps to drop on arrival
+
+
+def _keep_waiting(rule: ServerRule, ctx: RoundContext, arrivals: Counter[int]) -> int:
+    """Remember the committed sessions whose updates have not arrived (in flight under an async schedule).
+
+    A sequential rule's chain is cut by client, so the latest steps of a client started twice this round
+    are already in the segment (``APPLIED``); its other late sessions are dropped on arrival (``DROP``).
+    """
     srv = server_state(ctx)
-    waiting = [c for c in rule.committed if c not in fresh]
-    if rule.stale == "drop":
-        return 0
+    waiting = [c for c in rule.committed if arrivals[c] <= _started(rule, c)]
     for c in waiting:
-        srv.pending[c] = (ctx.round, rule)
+        mark = (APPLIED if c in arrivals else DROP) if rule.stale == "drop" else rule
+        srv.pending[c] = (ctx.round, mark, srv.starts.get(c, 0))
     return len(waiting)
+
+
+def _forget_finished(ctx: RoundContext) -> None:
+    """Forget kept sessions whose client was started again: their update arrived (and was aggregated) or is lost."""
+    srv = server_state(ctx)
+    srv.pending = {c: e for c, e in srv.pending.items() if e[2] == srv.starts.get(c, 0)}
 
 
 def stale_metrics(ctx: RoundContext) -> dict[str, float]:

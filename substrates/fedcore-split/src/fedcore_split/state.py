@@ -32,7 +32,8 @@ class SplitServerState:
     extra: dict[str, Any] = attrs.field(factory=dict)
     rule: Any = None
     rule_round: int = -1
-    pending: dict[int, tuple[int, Any]] = attrs.field(factory=dict)  # client -> (round, rule) of a session in flight
+    pending: dict[int, tuple[int, Any, int]] = attrs.field(factory=dict)  # client -> (round, rule, start) in flight
+    starts: dict[int, int] = attrs.field(factory=dict)  # client -> how many sessions it was started for
     stale_counts: tuple[int, int, int] | None = None  # (round, applied, dropped) of the last round with stale sessions
 
     def sync_round_for(self, client_id: int) -> int:
@@ -49,7 +50,7 @@ class SplitServerState:
         self.assigned = {int(k): int(v) for k, v in state.get("assigned", {}).items()}
         self.extra = copy.deepcopy(state.get("extra", {}))
         self.rule, self.rule_round = None, -1
-        self.pending, self.stale_counts = {}, None
+        self.pending, self.starts, self.stale_counts = {}, {}, None
 
 
 SERVER = StashKey[SplitServerState]("fedcore.split.server")
@@ -63,11 +64,11 @@ def server_state(ctx: Any) -> SplitServerState:
 def round_rule(ctx: Any, factory: Callable[[], Any], client_id: int | None = None) -> Any:
     """This round's server rule, created by ``factory`` for the first client dispatched in the round.
 
-    ``client_id``: the client being dispatched; a session it left in flight earlier can no longer arrive.
+    ``client_id``: the client being dispatched (its starts are counted, to tell its sessions apart).
     """
     srv = server_state(ctx)
     if client_id is not None:
-        srv.pending.pop(client_id, None)
+        srv.starts[client_id] = srv.starts.get(client_id, 0) + 1
     if srv.rule is None or srv.rule_round != ctx.round:
         srv.rule, srv.rule_round = factory(), ctx.round
     return srv.rule
