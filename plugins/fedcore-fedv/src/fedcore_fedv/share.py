@@ -26,7 +26,16 @@ from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_fedv.server import FedVServer
 from fedcore_fedv.spsa import SPSA
-from fedcore_split import Segment, build_share, finish_round, layout_for, round_rule, server_state, stale_metrics
+from fedcore_split import (
+    Segment,
+    build_share,
+    finish_round,
+    layout_for,
+    refuse_delta_aggregator,
+    round_rule,
+    server_state,
+    stale_metrics,
+)
 
 
 def tiny_vit_plan(*companions: Any) -> Any:
@@ -115,3 +124,7 @@ class FedVShare:
     @fedcore.hookimpl
     def fedcore_collect_metrics(self, ctx: RoundContext) -> dict[str, float]:
         return stale_metrics(ctx)
+
+    @fedcore.hookimpl
+    def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
+        refuse_delta_aggregator(self, pipeline)  # heads and tails are personal between averagings

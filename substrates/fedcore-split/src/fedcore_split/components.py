@@ -47,6 +47,21 @@ def layout_for(component: Any, model: nn.Module) -> dict[str, tuple[str, ...]]:
         raise ConfigError(f"{type(component).__name__}.{exc}") from None
 
 
+def refuse_delta_aggregator(component: Any, pipeline: fedcore.Pipeline) -> None:
+    """Personal client segments start from values the server never sent, so no delta can be formed for them.
+
+    Called from ``fedcore_check_pipeline`` by split components whose segments are personal: FedBuff's
+    server step (``fedbuff``) needs every update's base; aggregators of uploaded values work.
+    """
+    from fedcore.builtin import FedBuffStep
+
+    aggregator = pipeline.provider("aggregate")
+    if isinstance(aggregator, FedBuffStep):
+        raise ConfigError(f"{type(component).__name__} keeps client segments personal (the server never sends "
+                          f"their start values), so {type(aggregator).__name__} cannot form their deltas; use an "
+                          f"aggregator of uploaded values (fedavg, fedasync, trimmed-mean, median)")
+
+
 def _tiny_vit_plan(*companions: Any) -> Any:
     from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
 
@@ -111,6 +126,11 @@ class SplitShare:
     @fedcore.hookimpl
     def fedcore_collect_metrics(self, ctx: RoundContext) -> dict[str, float]:
         return stale_metrics(ctx)
+
+    @fedcore.hookimpl
+    def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
+        if self.personal:
+            refuse_delta_aggregator(self, pipeline)
 
 
 @attrs.frozen(eq=False, kw_only=True)
