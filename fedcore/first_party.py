@@ -16,7 +16,8 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
                                         "recipe": ("sl", "splitfed-v1", "splitfed-v2")}),
     "fedcore-lora": ("fedcore_lora", {"component": ("lora-share",)}),
     "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",)}),
-    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test"), "recipe": ("fedv", "fedvz")}),
+    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test"),
+                                      "recipe": ("fedv", "fedvz")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
         "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local", "personal-eval"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),

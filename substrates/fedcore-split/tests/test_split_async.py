@@ -1,4 +1,4 @@
-"""Split recipes with any aggregator and under every scheduler; late server sessions are applied or dropped, and counted."""
+"""Split recipes with any aggregator and under every scheduler; late server sessions applied or dropped, and counted."""
 from __future__ import annotations
 
 import io

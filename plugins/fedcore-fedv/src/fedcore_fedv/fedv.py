@@ -45,7 +45,8 @@ class FedV:
     cut: str | int = setting("patch_embed", kind=(str, int), help="last stage of the client head")
     tail_from: str | int = setting("norm", kind=(str, int), help="first stage of the client tail")
     head_init: str = setting("random", choices=("random", "pretrained"),
-                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's patch embedding")
+                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's "
+                                  "patch embedding")
     local_epochs: int = setting(5, low=1, help="local epochs per round (Sec. 4.3)")
     batch_size: int = setting(128, low=1, help="Sec. 4.1")
     lr_client: float = setting(2e-4, low=0.0, low_open=True, help="Adam learning rate of head and tail (App. 0.A.2)")

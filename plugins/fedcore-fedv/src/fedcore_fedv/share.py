@@ -52,7 +52,8 @@ class FedVShare:
     cut: str | int = setting("patch_embed", kind=(str, int), help="last stage of the client head")
     tail_from: str | int = setting("norm", kind=(str, int), help="first stage of the client tail")
     head_init: str = setting("random", choices=("random", "pretrained"),
-                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's patch embedding")
+                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's "
+                                  "patch embedding")
     lr_server: float = setting(1e-6, low=0.0, help="encoder learning rate (App. 0.A.2); 0 = frozen-encoder control")
     server_optimizer: str = setting("sgd", choices=("sgd", "adam"), help="Alg. 1 l.19 is plain SGD")
     server_lr_decay: float = setting(0.5, low=0.0, high=1.0, low_open=True, help="'decaying rate 0.5'")

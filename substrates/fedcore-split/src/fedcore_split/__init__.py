@@ -48,15 +48,16 @@ from fedcore_split.train import train_split
 __all__ = [
     "INPUT_GRAD", "LABELS", "LOSS", "LOSSES", "OUTPUT_GRAD", "QUERY_OUT", "SERVER", "SERVER_OUT", "SMASHED",
     "SYNCED", "Connection", "Endpoint", "FrozenServer", "RECIPES", "SLTurns", "Segment", "SequentialServer",
-    "ServerCopies", "ServerRule", "Session", "SplitEval", "SplitFedV1", "SplitFedV2", "SplitLearning", "SplitServerState",
-    "SplitShare", "SplitTrain", "StaleSession", "Turns", "VanillaSL", "aggregate_split", "build_share", "finish_round",
-    "layout_for", "make_optimizer", "personal_entries", "refuse_delta_aggregator", "remember", "round_rule", "server_state", "split_layout",
-    "stage_names", "stages_of", "stale_metrics", "staleness_weight", "take_rule", "train_split",
+    "ServerCopies", "ServerRule", "Session", "SplitEval", "SplitFedV1", "SplitFedV2", "SplitLearning",
+    "SplitServerState", "SplitShare", "SplitTrain", "StaleSession", "Turns", "VanillaSL", "aggregate_split",
+    "build_share", "finish_round", "layout_for", "make_optimizer", "personal_entries", "refuse_delta_aggregator",
+    "remember", "round_rule", "server_state", "split_layout", "stage_names", "stages_of", "stale_metrics",
+    "staleness_weight", "take_rule", "train_split",
 ]
 
 
 def register(registry: Any) -> None:
-    """Register the split components and recipes (called by this distribution's entry point, :mod:`fedcore_split.plugin`)."""
+    """Register the split components and recipes (called by the entry point, :mod:`fedcore_split.plugin`)."""
     registry.add("split-share", SplitShare)
     registry.add("split-train", SplitTrain)
     registry.add("sl-turns", SLTurns)

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 import logging
-from typing import Any
 
 import attrs
 

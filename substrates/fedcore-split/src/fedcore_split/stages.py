@@ -83,7 +83,8 @@ def _vit_stages(model: nn.Module) -> list[tuple[str, tuple[str, ...], StageFn]]:
         ("patch_embed", ("patch_embed",), functools.partial(_child, "patch_embed")),
         ("embed", embed_owns, _embed),
     ]
-    stages += [(f"blocks.{i}", (f"blocks.{i}",), functools.partial(_child, f"blocks.{i}")) for i in range(len(model.blocks))]
+    stages += [(f"blocks.{i}", (f"blocks.{i}",), functools.partial(_child, f"blocks.{i}"))
+               for i in range(len(model.blocks))]
     pool = ("pool", ("attn_pool",), _pool)
     norm = ("norm", ("norm",), functools.partial(_child, "norm"))
     stages += [norm, pool] if getattr(model, "attn_pool", None) is not None else [pool, norm]
