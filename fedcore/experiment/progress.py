@@ -76,8 +76,8 @@ class RunProgress:
         self.clients_done = 0
         self._times: list[float] = []
         self._start = time.perf_counter()
-        self._progress = None
-        self._task = None
+        self._progress: Any = None  # a rich.progress.Progress in "rich" mode (rich is imported only then)
+        self._task: Any = None
 
     def start(self, completed: int = 0) -> None:
         self._start = time.perf_counter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import copy
+from typing import cast
 
 import torch
 from torch import nn
@@ -106,9 +107,9 @@ class FedVServer(ServerRule):
         if not staged:
             return None
         if self.mode == "exact":
-            return {k: sum(g[k] for g in staged) / len(staged) for k in params}
+            return {k: cast(torch.Tensor, sum(g[k] for g in staged)) / len(staged) for k in params}
         parts = [self.spsa.gradient(params, seeds, pgs) for seeds, pgs in staged]
-        return {k: sum(p[k] for p in parts) / len(parts) for k in params}
+        return {k: cast(torch.Tensor, sum(p[k] for p in parts)) / len(parts) for k in params}
 
     def learning_rate(self) -> float:
         return self.lr * self.decay ** (self.round // max(1, self.decay_every))
@@ -126,7 +127,8 @@ class FedVServer(ServerRule):
                 grads.append({k: v * staleness_weight(late.staleness) for k, v in g.items()})
         if not grads:
             return {}
-        mean = {k: sum(g[k] for g in grads) / len(grads) for k in params}  # uniform 1/m (Alg. 1 l.19)
+        # uniform 1/m (Alg. 1 l.19)
+        mean = {k: cast(torch.Tensor, sum(g[k] for g in grads)) / len(grads) for k in params}
         lr = self.learning_rate()
         if self.optimizer == "sgd":
             return {k: params[k] - lr * mean[k] for k in params}

@@ -101,8 +101,9 @@ class FedVShare:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(run.rng("fedv-init").initial_seed()))
             for module in client.modules():
-                if module is not client and hasattr(module, "reset_parameters"):
-                    module.reset_parameters()
+                reset = getattr(module, "reset_parameters", None)
+                if module is not client and callable(reset):
+                    reset()
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext

@@ -72,7 +72,7 @@ class ServerCopies(ServerRule):
 
     def on_commit(self, session: Session) -> None:
         session.staged = _float_state(session.segment)
-        session.segment, session.scratch = None, {}  # keep only the weights until aggregation
+        session.segment, session.scratch = nn.Module(), {}  # keep only the weights until aggregation
 
     def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
                ) -> dict[str, torch.Tensor]:

@@ -87,6 +87,7 @@ def personal_entries(state: ClientState, ctx: Any) -> dict[str, torch.Tensor]:
     if not state.tensors:
         return {}
     srv = server_state(ctx)
-    if state.stash.get(SYNCED, -1) > srv.sync_round_for(state.client_id):
+    synced = state.stash.get(SYNCED)
+    if synced is not None and synced > srv.sync_round_for(state.client_id):
         return state.tensors
     return {}
