@@ -19,7 +19,8 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test"),
                                       "recipe": ("fedv", "fedvz")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
-        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local", "personal-eval"),
+        "component": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local",
+                      "personal-eval"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
     "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",)}),
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {
