@@ -12,11 +12,13 @@ from collections.abc import Mapping
 
 # distribution -> (import package, {kind: names it registers})
 DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
-    "fedcore-split": ("fedcore_split", {"component": ("sl", "splitfed-v1", "splitfed-v2", "split-eval")}),
+    "fedcore-split": ("fedcore_split", {"component": ("split-share", "split-train", "sl-turns", "split-eval"),
+                                        "recipe": ("sl", "splitfed-v1", "splitfed-v2")}),
     "fedcore-lora": ("fedcore_lora", {"component": ("lora-share", "staleness-mean", "lora-product-svd")}),
     "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",),
                                       "dataset": ("clip.shapes", "clip.digits")}),
-    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv", "fedvz", "paired-test")}),
+    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test"),
+                                      "recipe": ("fedv", "fedvz")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
         "component": ("sa-fedlora-plan", "sa-fedlora-share", "sa-fedlora-sgd", "full-share", "bitfit-share",
                       "fedper-share", "local-share", "from-scratch", "safedlora-sgd", "personal-sgd", "personal-eval"),

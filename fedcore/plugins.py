@@ -158,6 +158,10 @@ def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> En
     except UnknownComponentError as exc:
         broken = [p for p in cat.plugins.values() if not p.ok]
         package = PACKAGES.get(name)
+        if kind == "component" and name in cat.registry.names("recipe"):
+            raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=(
+                f"{name!r} is a recipe (a preset of several components), not a component: write recipe = "
+                f"\"{name}\" in the config (Python: fedcore.recipe(\"{name}\"))")) from None
         for p in broken:
             if name == p.name or name.startswith(p.name) or (package and package == p.distribution):
                 cause = (p.error or "").strip().splitlines()[-1]  # e.g. "ModuleNotFoundError: No module named 'peft'"

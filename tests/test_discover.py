@@ -137,7 +137,7 @@ def test_a_hidden_first_party_distribution_is_named_in_one_line(catalogue_env):
     assert str(err.value).endswith("(installed plugins providing 'aggregate': builtin (fedcore "
                                    f"{fedcore.__version__}))")
     catalogue_env()
-    assert fedcore.get("fedv").__name__ == "FedV"  # nothing cached from the filtered catalogue
+    assert fedcore.get("fedv-share").__name__ == "FedVShare"  # nothing cached from the filtered catalogue
 
 
 def test_unknown_name_lists_every_installed_plugin_providing_the_slot(catalogue_env):

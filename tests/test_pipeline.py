@@ -214,7 +214,7 @@ def test_from_config_unknown_component_lists_the_choices_of_that_slot_only():
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"aggregate": "fedavgg"})
     msg = str(err.value)
-    assert re.match(r"unknown component 'fedavgg' for slot 'aggregate' \(did you mean fedavg[,)].*; choose one of: ", msg)
+    assert re.match(r"unknown component 'fedavgg' for slot 'aggregate' \(did you mean fedavg[,?].*; choose one of: ", msg)
     choices, _, note = msg.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
     assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", "))
     assert not {"all-data", "dirichlet", "global-eval", "iid", "sgd", "uniform", "whole-model"} & set(choices.split(", "))

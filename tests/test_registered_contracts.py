@@ -9,16 +9,7 @@ from fedcore.testing import parametrize_registered
 SPLIT_RESUME = ("the split server state (fedcore_split.state.SplitServerState, a state_dict object in the server "
                 "stash) is created lazily, not in fedcore_run_start, so a resumed run has no live object to load "
                 "its saved state into (CheckpointError)")
-KNOWN = {
-    **{name: {"check_resume_equals_uninterrupted": SPLIT_RESUME}
-       for name in ("sl", "splitfed-v1", "splitfed-v2", "fedv", "fedvz")},
-    "fedlora": {"check_resume_equals_uninterrupted": "the resumed model is rebuilt with the fixture's rank-2 "
-                                                     "adapters, the checkpoint holds rank 8: the strict model "
-                                                     "load after round_start fails"},
-    "sa-fedlora": {name: "SAFedLoRA declares no CheckPlan fixture; its run_start needs a ViT with the target "
-                         "modules (FedLoRA's plan has one)"
-                   for name in ("check_stash_survives_checkpoint", "check_resume_equals_uninterrupted")},
-}
+KNOWN: dict[str, dict[str, str]] = {}
 
 
 @parametrize_registered(known_failures=KNOWN)

@@ -147,6 +147,9 @@ class RunProgress:
         parts.append(f"up {human_bytes(record.get('bytes_up', 0))} down {human_bytes(record.get('bytes_down', 0))}")
         if "virtual_time" in record:
             parts.append(f"vtime {human_seconds(record['virtual_time'])}")
+        if "split_stale_applied" in record or "split_stale_dropped" in record:  # late split-learning server sessions
+            parts.append(f"stale sessions {int(record.get('split_stale_applied', 0))} applied "
+                         f"{int(record.get('split_stale_dropped', 0))} dropped")
         parts.append(f"{mean:.2f} s/round")
         parts.append(f"eta {human_seconds(mean * (self.rounds - done))}")
         self._line("  ".join(parts))

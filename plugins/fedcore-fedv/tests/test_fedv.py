@@ -14,7 +14,7 @@ from fedcore.models import micro_vit
 from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
 from fedcore_split.train import CLIENT_OPTIMIZER
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
-from fedcore_fedv import FedV, FedVServer, FedVZ, PairedTest
+from fedcore_fedv import FedV, FedVServer, FedVShare, FedVTrain, FedVZ, PairedTest
 from fedcore_fedv.spsa import SPSA
 
 
@@ -42,11 +42,18 @@ def test_contract_paired(component, check):
     check(component)
 
 
+@parametrize_with_checks([FedVShare(), FedVShare(server_grad="zo"), FedVTrain(batch_size=8, local_epochs=1),
+                          FedVTrain(head_grad_mode="zo", batch_size=8, local_epochs=1)])
+def test_contract_of_the_single_slot_components(component, check):
+    check(component)
+
+
 def test_names_resolve_from_the_entry_point():
-    assert fedcore.get("fedv") is FedV and fedcore.get("fedvz") is FedVZ
-    pipe = Pipeline.from_config({"plugins": [{"name": "fedvz", "zo_eps": 1e-3}, "paired-test"],
+    assert fedcore.get("fedv-share") is FedVShare and fedcore.get("fedv-train") is FedVTrain
+    pipe = Pipeline.from_config({"recipe": "fedvz", "split": {"zo_eps": 1e-3}, "plugins": ["paired-test"],
                                  "evaluate": "split-eval"})
-    assert pipe.describe()["slots"]["split"] == "fedvz"
+    assert pipe.describe()["slots"]["split"] == "fedv-share"
+    assert pipe.provider("split").server_grad == "zo" and pipe.provider("split").zo_eps == 1e-3
 
 
 @pytest.mark.parametrize(("kw", "match"), [

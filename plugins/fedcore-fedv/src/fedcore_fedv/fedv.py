@@ -1,48 +1,52 @@
-"""FedV and FedVZ (Shi, Zhang et al., "Heterogeneous Federated Learning with Splited Language Model").
+"""FedV and FedVZ (Shi, Zhang et al., "Heterogeneous Federated Learning with Splited Language Model") as recipes.
 
-Each client holds a head ``H_i`` (patch embedding) and a tail ``T_i`` (LayerNorm + linear classifier);
-the server holds one pre-trained encoder ``E`` (tokens, position embedding, blocks, pooling). Per
-batch the client sends ``h = H_i(x)`` up, gets ``b = E(h)``, computes its loss with ``T_i`` (labels
-stay on the client), sends ``dL/db`` and trains ``H_i`` with the ``dL/dh`` it gets back (Alg. 1-2).
-The encoder is fixed during a round and takes one step per round from the sampled clients' last-batch
-contributions: exact ``dL/dw_E`` (FedV, Eq. 4) or a two-point Gaussian SPSA estimate from two loss
-values per client (FedVZ, Eq. 5). Heads and tails stay personal and are averaged (uniformly) every
-``fedround`` rounds (Alg. 1 l.20-21, the gate fires at t = 0) and assigned to all clients.
-Defaults are the paper's (App. 0.A.2); decisions where the paper is silent are in the README.
+The method is three single-slot components: ``fedv-share`` (:class:`~fedcore_fedv.share.FedVShare`: the
+cut, the encoder step), ``fedv-train`` (:class:`~fedcore_fedv.train.FedVTrain`: head and tail training)
+and any aggregator for the heads and tails (the paper's uniform FedAvg by default). ``fedvz`` is FedV
+with ``server_grad="zo"``.
+
+``FedV`` / ``FedVZ`` below are deprecated multi-slot shells over those components (same runs bit for
+bit), kept until 0.3.0 for Python code that built them directly; they are not registered by name.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+import warnings
 
 import attrs
-import torch
+from torch import nn
 
 import fedcore
+from fedcore import Recipe, RoundContext, RunContext
+from fedcore.builtin import FedAvg
 from fedcore.settings import setting
-from fedcore.types import ClientInfo, ClientUpdate, Share
-from fedcore_fedv.server import FedVServer
-from fedcore_fedv.spsa import SPSA
-from fedcore_split import (
-    Segment,
-    aggregate_split,
-    build_share,
-    layout_for,
-    remember,
-    round_rule,
-    server_state,
-    train_split,
-)
+from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore_fedv.share import FedVShare
+from fedcore_fedv.train import FedVTrain
+
+RECIPES = {
+    "fedv": Recipe(slots={"split": "fedv-share", "local_update": "fedv-train",
+                          "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
+                   help="FedV (Shi et al.): personal heads/tails on a pre-trained encoder, exact once-per-round step"),
+    "fedvz": Recipe(slots={"split": {"name": "fedv-share", "server_grad": "zo"}, "local_update": "fedv-train",
+                           "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
+                    help="FedVZ: FedV whose encoder step is a zeroth-order SPSA estimate from two losses per client"),
+}
+
+_SHARE = tuple(a.name for a in attrs.fields(FedVShare))
+_TRAIN = tuple(a.name for a in attrs.fields(FedVTrain))
 
 
 @attrs.frozen(eq=False, kw_only=True)
 class FedV:
-    """FedV: U-shaped federated split learning on a pre-trained ViT encoder, exact once-per-round encoder step."""
+    """Deprecated: use ``fedcore.recipe("fedv")`` (``fedv-share`` + ``fedv-train`` + any aggregator)."""
 
     cut: str | int = setting("patch_embed", kind=(str, int), help="last stage of the client head")
     tail_from: str | int = setting("norm", kind=(str, int), help="first stage of the client tail")
     head_init: str = setting("random", choices=("random", "pretrained"),
-                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's patch embedding")
+                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's "
+                                  "patch embedding")
     local_epochs: int = setting(5, low=1, help="local epochs per round (Sec. 4.3)")
     batch_size: int = setting(128, low=1, help="Sec. 4.1")
     lr_client: float = setting(2e-4, low=0.0, low_open=True, help="Adam learning rate of head and tail (App. 0.A.2)")
@@ -72,61 +76,49 @@ class FedV:
     zo_shared_direction: bool = setting(False, help="one z shared by all clients of a round")
     record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore_fedv.inversion)")
 
-    def spsa(self) -> SPSA:
-        return SPSA(eps=self.zo_eps, num_directions=self.zo_num_directions, distribution=self.zo_distribution,
-                    estimator=self.zo_estimator)
+    def __attrs_post_init__(self) -> None:
+        warnings.warn(f"{type(self).__name__} fills several slots and is deprecated; use "
+                      f"fedcore.recipe({type(self).__name__.lower()!r}) or FedVShare + FedVTrain + an aggregator",
+                      DeprecationWarning, stacklevel=3)
 
-    def _rule(self, model: Any, layout: dict, ctx: Any) -> FedVServer:
-        every = self.server_lr_decay_every or max(1, (ctx.run.rounds if ctx.run is not None else 4) // 4)
-        return FedVServer(model, layout["server"], mode=self.server_grad, lr=self.lr_server, state=server_state(ctx),
-                          optimizer=self.server_optimizer, decay=self.server_lr_decay, decay_every=every,
-                          spsa=self.spsa(), batch_policy=self.server_batch_policy,
-                          batch_every=self.server_batch_every,
-                          shared_direction=self.zo_shared_direction, round=ctx.round, seed=ctx.seed,
-                          record=self.record_messages)
+    @property
+    def share(self) -> FedVShare:
+        return FedVShare(**{k: getattr(self, k) for k in _SHARE})
 
-    @classmethod
-    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
+    @property
+    def train(self) -> FedVTrain:
+        return FedVTrain(**{k: getattr(self, k) for k in _TRAIN})
 
-        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, data_factory=lambda: tiny_data(n=48, n_test=24)))
+    def spsa(self) -> Any:
+        return self.share.spsa()
 
     @fedcore.hookimpl
-    def fedcore_run_start(self, run: Any) -> None:
-        """Alg. 1 l.1, once at t = 0: random heads and tails (the tail is always fresh)."""
-        model = run.server.model
-        layout = layout_for(self, model)
-        stages = layout["top"] + (layout["bottom"] if self.head_init == "random" else ())
-        client = Segment(model, {"client": stages}, share=True)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(run.rng("fedv-init").initial_seed()))
-            for module in client.modules():
-                if module is not client and hasattr(module, "reset_parameters"):
-                    module.reset_parameters()
+    def fedcore_run_start(self, run: RunContext) -> None:
+        self.share.fedcore_run_start(run=run)
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: Any, client: ClientInfo, state: Any, ctx: Any) -> Share:
-        layout = layout_for(self, model)
-        rule = round_rule(ctx, lambda: self._rule(model, layout, ctx))
-        return build_share(model, layout, client, state, ctx, rule, personal=True, sync_every=self.fedround)
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext
+                            ) -> Share:
+        return self.share.fedcore_split_model(model=model, client=client, state=state, ctx=ctx)
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: ClientInfo, share: Share, data: Any, state: Any, ctx: Any) -> ClientUpdate:
-        metrics = train_split(share, data, ctx, epochs=self.local_epochs, batch_size=self.batch_size,
-                              lr=self.lr_client, optimizer=self.client_optimizer,
-                              weight_decay=self.client_weight_decay, bottom_grad=self.head_grad_mode,
-                              zo_eps=self.head_zo_eps,
-                              keep_optimizer=None if self.reset_client_optimizer_each_round else state)
-        remember(share, state)
-        return ClientUpdate.from_share(share, num_examples=len(data), metrics=metrics)
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
+                             ctx: RoundContext) -> ClientUpdate:
+        return self.train.fedcore_local_update(client=client, share=share, data=data, state=state, ctx=ctx)
 
     @fedcore.hookimpl
-    def fedcore_aggregate(self, model: Any, updates: Sequence[ClientUpdate], ctx: Any) -> Any:
-        return aggregate_split(updates, ctx, weighting=self.aggregate_weighting, scope=self.aggregate_scope)
+    def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+                          ) -> AggregateResult:
+        inner = FedAvg(weighting=self.aggregate_weighting).fedcore_aggregate(model=model, updates=updates, ctx=ctx)
+        return self.share.finish(inner, model, updates, ctx)
+
+    @fedcore.hookimpl
+    def fedcore_collect_metrics(self, ctx: RoundContext) -> dict[str, float]:
+        return self.share.fedcore_collect_metrics(ctx=ctx)
 
 
 @attrs.frozen(eq=False, kw_only=True)
 class FedVZ(FedV):
-    """FedVZ: FedV whose encoder step is a zeroth-order SPSA estimate from two loss values per client (Eq. 5)."""
+    """Deprecated: use ``fedcore.recipe("fedvz")``."""
 
     server_grad: str = setting("zo", choices=("exact", "zo"), help="exact: FedV (Eq. 4); zo: FedVZ (Eq. 5)")

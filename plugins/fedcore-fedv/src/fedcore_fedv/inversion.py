@@ -146,7 +146,10 @@ def white_box(model: nn.Module, state: dict[str, torch.Tensor], layout: dict[str
     for p in parts:
         if p is not None:
             p.requires_grad_(False)
-    return parts[0], parts[1], parts[2]
+    bottom, server, top = parts
+    if bottom is None or server is None:
+        raise ValueError(f"white_box needs a bottom and a server segment; got the layout {layout}")
+    return bottom, server, top
 
 
 # -- the attacks ------------------------------------------------------------------------------------

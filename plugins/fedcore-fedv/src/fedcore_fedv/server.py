@@ -10,12 +10,15 @@ update, Sec. 3.2):
   the encoder is ever formed or sent. ``g_i = (L+ - L-) / (2 eps) z``.
 
 At aggregation ``w_E <- w_E - lr_t / m * sum_i g_i`` over the clients whose updates arrived
-(``lr_t = lr * decay ** (round // decay_every)``), with SGD or a persistent Adam.
+(``lr_t = lr * decay ** (round // decay_every)``), with SGD or a persistent Adam. Under asynchronous
+schedules a client's contribution may arrive rounds late: it joins the mean scaled by ``(1 + tau) ** -0.5``
+(the mean still divides by the number of contributions, so late ones pull less).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import copy
+from typing import cast
 
 import torch
 from torch import nn
@@ -23,7 +26,7 @@ from torch.func import functional_call
 
 from fedcore.rng import derive_seed
 from fedcore_fedv.spsa import SPSA
-from fedcore_split import Segment, ServerRule, Session, SplitServerState
+from fedcore_split import Segment, ServerRule, Session, SplitServerState, StaleSession, staleness_weight
 
 
 class FedVServer(ServerRule):
@@ -104,21 +107,28 @@ class FedVServer(ServerRule):
         if not staged:
             return None
         if self.mode == "exact":
-            return {k: sum(g[k] for g in staged) / len(staged) for k in params}
+            return {k: cast(torch.Tensor, sum(g[k] for g in staged)) / len(staged) for k in params}
         parts = [self.spsa.gradient(params, seeds, pgs) for seeds, pgs in staged]
-        return {k: sum(p[k] for p in parts) / len(parts) for k in params}
+        return {k: cast(torch.Tensor, sum(p[k] for p in parts)) / len(parts) for k in params}
 
     def learning_rate(self) -> float:
         return self.lr * self.decay ** (self.round // max(1, self.decay_every))
 
-    def finish(self, accepted: Sequence[int], weights: Mapping[int, float]) -> dict[str, torch.Tensor]:
+    def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
+               ) -> dict[str, torch.Tensor]:
+        """One encoder step from the accepted clients' contributions; a late one is scaled by ``(1 + tau) ** -0.5``."""
         segment = Segment(self.model, {"server": self.stages}, share=True)
         params = {n: p.detach() for n, p in segment.named_parameters() if p.requires_grad}
         grads = [g for c in sorted(accepted) if c in self.committed
                  for g in [self._gradient(self.sessions[c], params)] if g is not None]
+        for late in sorted(stale, key=lambda s: s.session.client_id):
+            g = self._gradient(late.session, params)
+            if g is not None:
+                grads.append({k: v * staleness_weight(late.staleness) for k, v in g.items()})
         if not grads:
             return {}
-        mean = {k: sum(g[k] for g in grads) / len(grads) for k in params}  # uniform 1/m (Alg. 1 l.19)
+        # uniform 1/m (Alg. 1 l.19)
+        mean = {k: cast(torch.Tensor, sum(g[k] for g in grads)) / len(grads) for k in params}
         lr = self.learning_rate()
         if self.optimizer == "sgd":
             return {k: params[k] - lr * mean[k] for k in params}

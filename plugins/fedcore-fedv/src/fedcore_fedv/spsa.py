@@ -34,7 +34,9 @@ class SPSA:
 
     def seeds(self, seed: int) -> list[int]:
         """One seed per direction, derived from ``seed``."""
-        return [seed] if self.num_directions == 1 else [derive_seed(seed, "spsa", k) for k in range(self.num_directions)]
+        if self.num_directions == 1:
+            return [seed]
+        return [derive_seed(seed, "spsa", k) for k in range(self.num_directions)]
 
     def direction(self, params: Params, seed: int) -> dict[str, torch.Tensor]:
         """``z`` for ``seed``, shaped like ``params`` (regenerated identically every time)."""

@@ -1,15 +1,20 @@
-"""Aggregation for split shares: FedAvg of the client segments, and the round's server rule commits."""
+"""Aggregation for split shares in one call: FedAvg of the client segments, then the round's server rule.
+
+Components fill the ``aggregate`` slot with any aggregator and finish the server in a wrapper
+(:func:`fedcore_split.finish.finish_round`); this function is that pair with FedAvg, for code that
+aggregates split updates itself.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from fedcore import RoundContext
 from fedcore.builtin import weighted_mean
 from fedcore.types import AggregateResult, ClientUpdate
-from fedcore_split.state import server_state, take_rule
+from fedcore_split.finish import finish_round
 
 
-def aggregate_split(updates: Sequence[ClientUpdate], ctx: Any, *, weighting: str = "samples",
+def aggregate_split(updates: Sequence[ClientUpdate], ctx: RoundContext, *, weighting: str = "samples",
                     scope: str = "all") -> AggregateResult:
     """Average uploaded client segments (``weighting``: ``samples`` or ``uniform``) and apply the server rule.
 
@@ -18,22 +23,6 @@ def aggregate_split(updates: Sequence[ClientUpdate], ctx: Any, *, weighting: str
     average to every client (they download it when next dispatched); ``"participants"`` only to
     the clients that uploaded.
     """
-    weights = {u.client_id: float(u.num_examples) if weighting == "samples" else 1.0 for u in updates}
-    carrying = [u for u in updates if u.tensors]
-    state = weighted_mean(carrying, [weights[u.client_id] for u in carrying])
-    metrics: dict[str, float] = {"segments_averaged": float(len(carrying))}
-    if ctx.run is not None and carrying:
-        srv = server_state(ctx)
-        if scope == "all":
-            srv.last_sync = ctx.round
-        else:
-            for u in carrying:
-                srv.assigned[u.client_id] = ctx.round
-    rule = take_rule(ctx) if ctx.run is not None else None
-    if rule is not None:
-        accepted = [u.client_id for u in updates]
-        state.update(rule.finish(accepted, weights))
-        metrics["server_sessions_used"] = float(len([c for c in rule.committed if c in accepted]))
-        metrics["server_sessions_dropped"] = float(len(rule.sessions) - len([c for c in rule.committed
-                                                                              if c in accepted]))
-    return AggregateResult(state=state, metrics=metrics)
+    weights = [float(u.num_examples) if weighting == "samples" else 1.0 for u in updates]
+    result = AggregateResult(state=weighted_mean(updates, weights))
+    return finish_round(result, updates, ctx, weighting=weighting, scope=scope)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 from torch import nn
 
@@ -46,6 +47,19 @@ class Session:
         self.transcript: list[tuple[str, Any]] | None = None
 
 
+@attrs.frozen(kw_only=True)
+class StaleSession:
+    """A session of an earlier round whose update arrived ``staleness`` rounds late (asynchronous schedules)."""
+
+    session: Session
+    staleness: int
+
+
+def staleness_weight(tau: int) -> float:
+    """The extra weight of a server contribution ``tau`` rounds late: ``(1 + tau) ** -0.5`` (1 when fresh)."""
+    return float((1 + max(0, tau)) ** -0.5)
+
+
 class ServerRule:
     """Base server rule: forward and input-only backward through one segment; subclasses add updates.
 
@@ -55,6 +69,9 @@ class ServerRule:
     """
 
     name = "base"
+    stale = "weight"
+    """How late sessions are handled (:mod:`fedcore_split.finish`): ``"weight"`` (applied with a staleness
+    weight in :meth:`finish`) or ``"drop"``."""
 
     def __init__(self, model: nn.Module, stages: Sequence[str], *, round: int = 0, seed: int = 0,
                  record: bool = False) -> None:
@@ -66,6 +83,7 @@ class ServerRule:
         self.sessions: dict[int, Session] = {}
         self.committed: list[int] = []
         self.transcripts: dict[int, list[tuple[str, Any]]] = {}
+        self.repeated: list[Session] = []  # earlier committed sessions of clients started again this round
 
     # -- what subclasses choose ----------------------------------------------------------------
 
@@ -96,15 +114,22 @@ class ServerRule:
     def on_abort(self, session: Session) -> None:
         """The client raised: undo whatever its session changed on the server."""
 
-    def finish(self, accepted: Sequence[int], weights: Mapping[int, float]) -> dict[str, torch.Tensor]:
-        """New global values of server entries from the committed sessions of ``accepted`` clients."""
+    def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
+               ) -> dict[str, torch.Tensor]:
+        """New global values of server entries from the committed sessions of ``accepted`` clients.
+
+        ``stale``: sessions of earlier rounds that arrive now (only for ``stale = "weight"`` rules).
+        """
         return {}
 
     # -- the protocol ---------------------------------------------------------------------------
 
     def open(self, client_id: int) -> Session:
         if client_id in self.sessions and client_id in self.committed:
-            raise RuntimeError(f"client {client_id} already finished a session in round {self.round}")
+            # restarted on the same version (a continuous policy refilled before aggregating): the first
+            # session's contribution stays, as a session of this round (see fedcore_split.finish)
+            self.repeated.append(self.sessions.pop(client_id))
+            self.committed.remove(client_id)
         session = Session(client_id, self.segment_for(client_id))
         if self.record:
             session.transcript = self.transcripts.setdefault(client_id, [])

@@ -22,7 +22,8 @@ from fedcore_split.state import personal_entries
 
 @attrs.frozen(eq=False, kw_only=True)
 class SplitEval:
-    """``test_accuracy`` (sample-weighted over clients' personal test splits), its unweighted mean, and the global model's."""
+    """``test_accuracy`` (sample-weighted over clients' personal test splits), its unweighted mean, and the global
+    model's."""
 
     batch_size: int = setting(512, low=1)
 

@@ -1,4 +1,5 @@
-"""Entry point ``split`` (group ``fedcore``): registers ``sl``, ``splitfed-v1``, ``splitfed-v2`` and ``split-eval``."""
+"""Entry point ``split`` (group ``fedcore``): registers ``split-share``, ``split-train``, ``sl-turns``,
+``split-eval`` and the recipes ``sl``, ``splitfed-v1``, ``splitfed-v2``."""
 import fedcore
 import fedcore_split
 

@@ -9,6 +9,9 @@
   after every batch of every client, in the order the clients ran; its optimizer state persists
   across rounds. A client that raises is rolled back at once; an update rejected later truncates
   the chain at that client (the steps of clients after it were taken on top of its steps).
+
+Under asynchronous schedules a session may arrive rounds late (:mod:`fedcore_split.finish`): a late
+copy joins the average with the extra weight ``(1 + tau) ** -0.5``; late sequential steps are dropped.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import torch
 from torch import nn
 
 from fedcore.training import make_optimizer
-from fedcore_split.endpoint import ServerRule, Session
+from fedcore_split.endpoint import ServerRule, Session, StaleSession, staleness_weight
 from fedcore_split.stages import Segment
 from fedcore_split.state import SplitServerState
 
@@ -37,7 +40,7 @@ def _float_state(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 class FrozenServer(ServerRule):
-    """The server segment never changes (forward and input-gradient backward only)."""
+    """The server segment never changes (forward and input-gradient backward only); a late session loses nothing."""
 
     name = "frozen"
 
@@ -69,18 +72,23 @@ class ServerCopies(ServerRule):
 
     def on_commit(self, session: Session) -> None:
         session.staged = _float_state(session.segment)
-        session.segment, session.scratch = None, {}  # keep only the weights until aggregation
+        session.segment, session.scratch = nn.Module(), {}  # keep only the weights until aggregation
 
-    def finish(self, accepted: Sequence[int], weights: Mapping[int, float]) -> dict[str, torch.Tensor]:
-        done = [c for c in sorted(accepted) if c in self.committed and self.sessions[c].staged is not None]
+    def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
+               ) -> dict[str, torch.Tensor]:
+        """The weighted mean of the accepted copies; a stale copy's weight is multiplied by ``(1 + tau) ** -0.5``."""
+        done = [(self.sessions[c], weights.get(c, 1.0)) for c in sorted(accepted)
+                if c in self.committed and self.sessions[c].staged is not None]
+        done += [(s.session, weights.get(s.session.client_id, 1.0) * staleness_weight(s.staleness))
+                 for s in sorted(stale, key=lambda s: s.session.client_id) if s.session.staged is not None]
         if not done:
             return {}
-        total = sum(weights.get(c, 1.0) for c in done)
+        total = sum(w for _, w in done)
         out: dict[str, torch.Tensor] = {}
-        for c in done:
-            for k, v in self.sessions[c].staged.items():
+        for session, w in done:
+            for k, v in session.staged.items():
                 acc = out.setdefault(k, torch.zeros_like(v, dtype=torch.float64))
-                acc.add_(v.to(torch.float64), alpha=weights.get(c, 1.0) / total)
+                acc.add_(v.to(torch.float64), alpha=w / total)
         return {k: v.to(torch.float32) for k, v in out.items()}
 
 
@@ -88,6 +96,7 @@ class SequentialServer(ServerRule):
     """SplitFed V2 / vanilla SL: one server segment, stepped after every client batch, in arrival order."""
 
     name = "sequential"
+    stale = "drop"  # a late session's steps were taken on a segment that has since been replaced
 
     def __init__(self, model: nn.Module, stages: Sequence[str], *, lr: float, state: SplitServerState,
                  optimizer: str = "sgd", momentum: float = 0.0, **kw) -> None:
@@ -130,7 +139,8 @@ class SequentialServer(ServerRule):
     def on_commit(self, session: Session) -> None:
         self.chain.append((session.client_id, session.scratch.pop("before")))
 
-    def finish(self, accepted: Sequence[int], weights: Mapping[int, float]) -> dict[str, torch.Tensor]:
+    def finish(self, accepted: Sequence[int], weights: Mapping[int, float], stale: Sequence[StaleSession] = ()
+               ) -> dict[str, torch.Tensor]:
         for client, before in self.chain:
             if client not in accepted:  # its steps, and every later client's, are built on an update that was dropped
                 self._restore(before)

@@ -36,7 +36,8 @@ def build_share(model: nn.Module, layout: dict[str, tuple[str, ...]], client: An
     upload = floats if ctx.round % sync_every == 0 else ()
     meta = {"bottom": layout["bottom"], "server": layout["server"], "top": layout["top"], "rule": rule.name,
             "personal": personal, "used_personal": bool(own), "sync_round": ctx.round % sync_every == 0}
-    return Share(module=module, download=download, upload=upload, endpoint=Endpoint(rule, client.id), meta=meta)
+    return Share(module=module, download=download, upload=upload,  # type: ignore[arg-type]  # attrs converter=tuple:
+                 endpoint=Endpoint(rule, client.id), meta=meta)        # mypy cannot solve tuple's type variable
 
 
 def remember(share: Share, state: ClientState) -> None:

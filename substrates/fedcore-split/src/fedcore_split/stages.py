@@ -17,7 +17,7 @@ renaming, and runs the stages with timm's own code (``_pos_embed``, ``pool``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import copy
 import functools
 from typing import Any
@@ -46,7 +46,9 @@ def _is_distilled(model: nn.Module) -> bool:
     return hasattr(model, "dist_token") and hasattr(model, "head_dist")
 
 
-def _embed(seg: Segment, x: torch.Tensor) -> torch.Tensor:
+# The stage functions below reach timm's own attributes by name on the segment (``Any``: nn.Module's
+# ``__getattr__`` is typed as returning ``Tensor | Module``).
+def _embed(seg: Any, x: torch.Tensor) -> torch.Tensor:
     x = seg.model_cls._pos_embed(seg, x)
     x = seg.patch_drop(x)
     return seg.norm_pre(x)
@@ -60,13 +62,13 @@ def _child(name: str, seg: Segment, x: torch.Tensor) -> torch.Tensor:
     return obj(x)
 
 
-def _pool(seg: Segment, x: torch.Tensor) -> torch.Tensor:
+def _pool(seg: Any, x: torch.Tensor) -> torch.Tensor:
     if seg.distilled:
         return x[:, :2]  # cls and dist tokens; the head averages their two classifiers (timm's eval behaviour)
     return seg.model_cls.pool(seg, x)
 
 
-def _head(seg: Segment, x: torch.Tensor) -> torch.Tensor:
+def _head(seg: Any, x: torch.Tensor) -> torch.Tensor:
     if seg.distilled:
         cls_tok, dist_tok = seg.head_drop(x[:, 0]), seg.head_drop(x[:, 1])
         return (seg.head(cls_tok) + seg.head_dist(dist_tok)) / 2
@@ -83,7 +85,9 @@ def _vit_stages(model: nn.Module) -> list[tuple[str, tuple[str, ...], StageFn]]:
         ("patch_embed", ("patch_embed",), functools.partial(_child, "patch_embed")),
         ("embed", embed_owns, _embed),
     ]
-    stages += [(f"blocks.{i}", (f"blocks.{i}",), functools.partial(_child, f"blocks.{i}")) for i in range(len(model.blocks))]
+    blocks: Any = model.blocks
+    stages += [(f"blocks.{i}", (f"blocks.{i}",), functools.partial(_child, f"blocks.{i}"))
+               for i in range(len(blocks))]
     pool = ("pool", ("attn_pool",), _pool)
     norm = ("norm", ("norm",), functools.partial(_child, "norm"))
     stages += [norm, pool] if getattr(model, "attn_pool", None) is not None else [pool, norm]
@@ -143,10 +147,10 @@ class Segment(nn.Module):
     ``parts`` names contiguous runs of stages (``{"bottom": (...), "top": (...)}``) for :meth:`run`.
     """
 
-    def __init__(self, model: nn.Module, parts: dict[str, Sequence[str]], *, share: bool = False) -> None:
+    def __init__(self, model: nn.Module, parts: Mapping[str, Sequence[str]], *, share: bool = False) -> None:
         super().__init__()
         table = {name: (owns, fn) for name, owns, fn in stages_of(model)}
-        self.model_cls = type(model)
+        self.model_cls: Any = type(model)  # timm methods are called on the segment (see _embed)
         self.distilled = _is_distilled(model)
         self.parts = {k: tuple(v) for k, v in parts.items()}
         self._fns: dict[str, StageFn] = {}
@@ -218,6 +222,7 @@ def split_layout(model: nn.Module, cut: str | int, tail_from: str | int | None) 
     names = stage_names(model)
     c = resolve_stage(model, cut, setting="cut")
     bottom = tuple(names[:c + 1])
+    top: tuple[str, ...]
     if tail_from is None:
         server, top = tuple(names[c + 1:]), ()
     else:

@@ -5,7 +5,9 @@ server keeps between rounds (a persistent optimizer's state, when client segment
 a method's counters) lives in :class:`SplitServerState` under ``ctx.server.stash[SERVER]``;
 :meth:`SplitServerState.state_dict` gives plain values and tensors for ``torch.save``. The round's
 :class:`~fedcore_split.endpoint.ServerRule` is round-scoped and never checkpointed: a round either
-finished (its result is in the global model) or is re-run.
+finished (its result is in the global model) or is re-run. Sessions still in flight under an
+asynchronous schedule (``pending``) are not checkpointed either: after a resume their updates count as
+stale sessions dropped (see :mod:`fedcore_split.finish`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ class SplitServerState:
     extra: dict[str, Any] = attrs.field(factory=dict)
     rule: Any = None
     rule_round: int = -1
+    pending: dict[int, tuple[int, Any, int]] = attrs.field(factory=dict)  # client -> (round, rule, start) in flight
+    starts: dict[int, int] = attrs.field(factory=dict)  # client -> how many sessions it was started for
+    stale_counts: tuple[int, int, int] | None = None  # (round, applied, dropped) of the last round with stale sessions
 
     def sync_round_for(self, client_id: int) -> int:
         """The round of the last client-segment average this client must receive."""
@@ -45,6 +50,7 @@ class SplitServerState:
         self.assigned = {int(k): int(v) for k, v in state.get("assigned", {}).items()}
         self.extra = copy.deepcopy(state.get("extra", {}))
         self.rule, self.rule_round = None, -1
+        self.pending, self.starts, self.stale_counts = {}, {}, None
 
 
 SERVER = StashKey[SplitServerState]("fedcore.split.server")
@@ -55,9 +61,14 @@ def server_state(ctx: Any) -> SplitServerState:
     return ctx.server.stash.setdefault(SERVER, SplitServerState())
 
 
-def round_rule(ctx: Any, factory: Callable[[], Any]) -> Any:
-    """This round's server rule, created by ``factory`` for the first client dispatched in the round."""
+def round_rule(ctx: Any, factory: Callable[[], Any], client_id: int | None = None) -> Any:
+    """This round's server rule, created by ``factory`` for the first client dispatched in the round.
+
+    ``client_id``: the client being dispatched (its starts are counted, to tell its sessions apart).
+    """
     srv = server_state(ctx)
+    if client_id is not None:
+        srv.starts[client_id] = srv.starts.get(client_id, 0) + 1
     if srv.rule is None or srv.rule_round != ctx.round:
         srv.rule, srv.rule_round = factory(), ctx.round
     return srv.rule
@@ -76,6 +87,7 @@ def personal_entries(state: ClientState, ctx: Any) -> dict[str, torch.Tensor]:
     if not state.tensors:
         return {}
     srv = server_state(ctx)
-    if state.stash.get(SYNCED, -1) > srv.sync_round_for(state.client_id):
+    synced = state.stash.get(SYNCED)
+    if synced is not None and synced > srv.sync_round_for(state.client_id):
         return state.tensors
     return {}

@@ -22,9 +22,11 @@ import torch
 from torch import nn
 
 from fedcore.data import batches
+from fedcore.errors import ConfigError
 from fedcore.stash import StashKey
 from fedcore.training import make_optimizer
 from fedcore.types import ClientData, ClientState, Share
+from fedcore_split.stages import Segment
 
 CLIENT_OPTIMIZER = StashKey[dict]("fedcore.split.client-optimizer")  # client stash: optimizer state kept across rounds
 
@@ -39,6 +41,8 @@ def train_split(share: Share, data: ClientData, ctx: Any, *, epochs: int, batch_
     (on the client, never sent); ``None`` starts a fresh optimizer every round.
     """
     module = share.module
+    if not isinstance(module, Segment):
+        raise ConfigError(f"train_split trains a split share (a fedcore_split.Segment); got {type(module).__name__}")
     module.train()
     two_part = "top" not in module.parts
     frozen = {id(p) for p in module.part_parameters("bottom")} if bottom_grad == "frozen" else set()
@@ -71,7 +75,7 @@ def train_split(share: Share, data: ClientData, ctx: Any, *, epochs: int, batch_
     return {"loss": loss_sum / max(seen, 1), "steps": float(step)}
 
 
-def _u_step(module: nn.Module, server: Any, h: torch.Tensor, y: torch.Tensor, final: bool, bottom_grad: str,
+def _u_step(module: Segment, server: Any, h: torch.Tensor, y: torch.Tensor, final: bool, bottom_grad: str,
             zo_eps: float, zo_gen: torch.Generator) -> float:
     need_server_grad = bottom_grad == "backprop" or server.needs_backward(final)
     b = server.forward(h, final=final, grad=need_server_grad).requires_grad_(True)

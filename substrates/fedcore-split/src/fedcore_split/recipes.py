@@ -1,0 +1,16 @@
+"""The split-learning baselines as recipes of single-slot components (each slot replaceable)."""
+from __future__ import annotations
+
+from fedcore import Recipe
+
+RECIPES = {
+    "sl": Recipe(slots={"split": "split-share", "local_update": "split-train", "aggregate": "fedavg",
+                        "schedule": "sl-turns"},
+                 help="vanilla split learning: clients take turns, segments relayed, server stepped per batch"),
+    "splitfed-v1": Recipe(slots={"split": {"name": "split-share", "server_update": "copies"},
+                                 "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
+                          help="SplitFed V1 (Thapa et al. 2022): parallel clients, a server copy each, averaged"),
+    "splitfed-v2": Recipe(slots={"split": {"name": "split-share", "server_update": "sequential"},
+                                 "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
+                          help="SplitFed V2: parallel clients, one server segment stepped per batch in client order"),
+}
