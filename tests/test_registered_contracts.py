@@ -1,8 +1,9 @@
 """Every registered component, from every installed plugin, passes the contract checks (timm's idea).
 
 Each class is checked as it declares in ``__fedcore_checks__`` (presets, fixture, expected failures);
-see docs/plugins.md §5. ``KNOWN`` lists the failures the checks found in components owned elsewhere,
-with the reason; each is a strict xfail, so a fix shows up as XPASS and its line must go.
+see docs/plugins.md §5. ``KNOWN`` lists failures the checks find in components owned elsewhere, with the
+reason; each is a strict xfail, so a fix shows up as XPASS and its line must go. It is empty: the resume check
+found that split learning could not resume (its server state was created lazily), fixed in fedcore-split.
 """
 from fedcore.testing import parametrize_registered
 

@@ -27,12 +27,10 @@ FIXTURE = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_dat
 ENCODER = "blocks.0.attn.qkv.weight"
 
 
-CANNOT_RESUME = {"check_resume_equals_uninterrupted": "the split server state (SplitServerState in the server stash) is created lazily, not in "
-    "fedcore_run_start, so a resumed run has no live object to load its saved state into (CheckpointError)"}  # found by the check; the fix is open
 
 
 @parametrize_with_checks([FedV(), FedVZ(batch_size=8, local_epochs=1), FedV(head_grad_mode="zo", batch_size=8)],
-                         fixture=FIXTURE, expected_failed_checks=CANNOT_RESUME)
+                         fixture=FIXTURE)
 def test_contract(component, check):
     check(component)
 

@@ -93,7 +93,11 @@ class FedVShare:
 
     @fedcore.hookimpl
     def fedcore_run_start(self, run: RunContext) -> None:
-        """Alg. 1 l.1, once at t = 0: random heads and tails (the tail is always fresh)."""
+        """Alg. 1 l.1, once at t = 0: random heads and tails (the tail is always fresh).
+
+        The server state is created here, not on first use, so a resumed run has it to load its checkpoint into.
+        """
+        server_state(run)
         model = run.server.model
         layout = layout_for(self, model)
         stages = layout["top"] + (layout["bottom"] if self.head_init == "random" else ())

@@ -119,6 +119,12 @@ class SAFedLoRAPlan:
 
     # -- hooks --------------------------------------------------------------------------------
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit))  # LoRA targets and a head: a ViT
+
     @fedcore.hookimpl
     def fedcore_run_start(self, run: fedcore.RunContext) -> None:
         model = run.server.model

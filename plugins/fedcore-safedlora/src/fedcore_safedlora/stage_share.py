@@ -6,6 +6,8 @@ for stale updates under asynchronous schedules.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from torch import nn
 
@@ -24,6 +26,12 @@ class StageShare:
     train_head_in_lora_stage: bool = setting(True, help="train and send the head with the factors")
     head_pattern: str = setting(r"^head\.", help="regex of the head's state entries")
     count_transition_broadcast: bool = setting(True, help="send the stage-1 backbone once at the switch")
+
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan, ContractFixture, tiny_vit
+
+        return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit))  # LoRA targets and a head: a ViT
 
     @fedcore.hookimpl
     def fedcore_run_start(self, run: fedcore.RunContext) -> None:

@@ -105,6 +105,11 @@ class SplitShare:
         return _tiny_vit_plan(SplitTrain())
 
     @fedcore.hookimpl
+    def fedcore_run_start(self, run: RunContext) -> None:
+        """The server state exists from the start, so a resumed run loads its checkpointed state into it."""
+        server_state(run)
+
+    @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext
                             ) -> Share:
         layout = layout_for(self, model)

@@ -68,6 +68,10 @@ class SplitLearning:
         return self.share.make_rule(model, layout, ctx)
 
     @fedcore.hookimpl
+    def fedcore_run_start(self, run: RunContext) -> None:
+        self.share.fedcore_run_start(run=run)
+
+    @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext
                             ) -> Share:
         return self.share.fedcore_split_model(model=model, client=client, state=state, ctx=ctx)
