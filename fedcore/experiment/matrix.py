@@ -30,8 +30,9 @@ SCHEDULERS: Mapping[str, Mapping[str, Any]] = {
 }
 """The four schedulers, with settings valid for a micro population (3-4 clients): the matrix's columns."""
 
-FAULT_KEYS = ("failed",)
-"""History-row events that mean work was lost to an error (a client's job raised)."""
+FAULT_KEYS = ("failed", "aggregate_fault", "round_failed")
+"""History-row events that mean work was lost to an error: a client's job raised, the engine refused the aggregate
+(NaN/Inf, a negative variance) or no client update reached aggregation."""
 NOTED_KEYS = ("rejected", "dropped", "cancelled", "lost")
 """Events a cell may show, counted in its table entry: work a component or the scheduler declined, by a stated rule."""
 

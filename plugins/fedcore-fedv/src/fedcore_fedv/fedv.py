@@ -25,13 +25,18 @@ from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, 
 from fedcore_fedv.share import FedVShare
 from fedcore_fedv.train import FedVTrain
 
+MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+"""The smallest run of these recipes (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
+
 RECIPES = {
     "fedv": Recipe(slots={"split": "fedv-share", "local_update": "fedv-train",
                           "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
-                   help="FedV (Shi et al.): personal heads/tails on a pre-trained encoder, exact once-per-round step"),
+                   help="FedV (Shi et al.): personal heads/tails on a pre-trained encoder, exact once-per-round step",
+                   test_setup=MICRO_VIT),
     "fedvz": Recipe(slots={"split": {"name": "fedv-share", "server_grad": "zo"}, "local_update": "fedv-train",
                            "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
-                    help="FedVZ: FedV whose encoder step is a zeroth-order SPSA estimate from two losses per client"),
+                    help="FedVZ: FedV whose encoder step is a zeroth-order SPSA estimate from two losses per client",
+                    test_setup=MICRO_VIT),
 }
 
 _SHARE = tuple(a.name for a in attrs.fields(FedVShare))

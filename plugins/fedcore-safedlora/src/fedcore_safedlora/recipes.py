@@ -10,21 +10,26 @@ from __future__ import annotations
 from fedcore import Recipe
 
 _LORA = {"split": "sa-fedlora-share", "local_update": "sa-fedlora-sgd", "aggregate": "staleness-mean"}
+_FULL = {"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"}
 _PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
+MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+"""The smallest run of these recipes (recipe matrix): LoRA targets (qkv, proj, fc1, fc2) and a head need a ViT."""
 
 RECIPES: dict[str, Recipe] = {
-    "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",),
+    "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",), test_setup=MICRO_VIT,
                          help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
     "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 8, "r_b": 8},),
+                      test_setup=MICRO_VIT,
                       help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = 8 from round 0"),
-    "fedfft": Recipe(slots={"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
+    "fedfft": Recipe(slots=_FULL, test_setup=MICRO_VIT,
                      help="federated full fine-tuning of the given (pre-trained) model"),
-    "fedavg-scratch": Recipe(slots={"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
-                             plugins=("from-scratch",), help="FedAvg from a seeded random re-initialisation"),
-    "fedbit": Recipe(slots={"split": "bitfit-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"},
+    "fedavg-scratch": Recipe(slots=_FULL, plugins=("from-scratch",), test_setup=MICRO_VIT,
+                             help="FedAvg from a seeded random re-initialisation"),
+    "fedbit": Recipe(slots={**_FULL, "split": "bitfit-share"}, test_setup=MICRO_VIT,
                      help="BitFit in FL: only biases and the head are trained and sent"),
     "fedper": Recipe(slots={"split": "fedper-share", "aggregate": "fedavg", **_PERSONAL}, plugins=("from-scratch",),
+                     test_setup=MICRO_VIT,
                      help="FedPer from scratch: personal head kept on each client, base layers averaged"),
-    "local": Recipe(slots={"split": "local-share", "aggregate": "fedavg", **_PERSONAL},
+    "local": Recipe(slots={"split": "local-share", "aggregate": "fedavg", **_PERSONAL}, test_setup=MICRO_VIT,
                     help="local training only: every client trains its own model, nothing is sent"),
 }

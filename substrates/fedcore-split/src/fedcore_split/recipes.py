@@ -3,14 +3,20 @@ from __future__ import annotations
 
 from fedcore import Recipe
 
+MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+"""The smallest run of a split recipe (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
+
 RECIPES = {
     "sl": Recipe(slots={"split": "split-share", "local_update": "split-train", "aggregate": "fedavg",
                         "schedule": "sl-turns"},
-                 help="vanilla split learning: clients take turns, segments relayed, server stepped per batch"),
+                 help="vanilla split learning: clients take turns, segments relayed, server stepped per batch",
+                 test_setup=MICRO_VIT),
     "splitfed-v1": Recipe(slots={"split": {"name": "split-share", "server_update": "copies"},
                                  "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
-                          help="SplitFed V1 (Thapa et al. 2022): parallel clients, a server copy each, averaged"),
+                          help="SplitFed V1 (Thapa et al. 2022): parallel clients, a server copy each, averaged",
+                          test_setup=MICRO_VIT),
     "splitfed-v2": Recipe(slots={"split": {"name": "split-share", "server_update": "sequential"},
                                  "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
-                          help="SplitFed V2: parallel clients, one server segment stepped per batch in client order"),
+                          help="SplitFed V2: parallel clients, one server segment stepped per batch in client order",
+                          test_setup=MICRO_VIT),
 }
