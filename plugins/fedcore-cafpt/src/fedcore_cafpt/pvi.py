@@ -9,6 +9,7 @@ pool's label frequencies instead (the unrestricted optimum of Eq. 6.4). PVI is i
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -47,8 +48,8 @@ def pvi_scores(model: PromptedCLIP, features: torch.Tensor, labels: torch.Tensor
     """Per-sample PVI (bits) and its two terms, for normalised ``features [n, C]`` with ``labels [n]``."""
     if null_mode not in NULL_MODES:
         raise ValueError(f"null_mode={null_mode!r}; choose one of: {', '.join(NULL_MODES)}")
-    kw = dict(epochs=epochs, lr=lr, batch_size=batch_size, momentum=momentum, weight_decay=weight_decay,
-              generator=generator)
+    kw: dict[str, Any] = dict(epochs=epochs, lr=lr, batch_size=batch_size, momentum=momentum,
+                              weight_decay=weight_decay, generator=generator)
     with_x = fresh_prompt(model, generator)
     train_prompt(with_x, features, labels, **kw)
     conditional = log2_probs(with_x, features, labels)

@@ -25,7 +25,7 @@ from fedcore_cafpt.pvi import NULL_MODES, pvi_scores
 from fedcore_clip import cached_features, gather_labels, require_prompted
 
 SELECTION = StashKey[tuple]("cafpt.selection")
-SCORES = StashKey[dict]("cafpt.scores")
+SCORES = StashKey[dict[str, Any]]("cafpt.scores")
 
 
 def top_per_class(scores: np.ndarray, labels: np.ndarray, shots: int) -> list[int]:
@@ -110,6 +110,7 @@ class CaFPT:
             path = Path(run.out_dir) / "cafpt" / f"scores_client{client.id}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(dict(state.stash[SCORES], client=client.id, mode=self.select)))
+            saved: dict[str, Any] = state.stash[SCORES]
+            tmp.write_text(json.dumps(dict(saved, client=client.id, mode=self.select)))
             os.replace(tmp, path)
         return selection

@@ -6,18 +6,20 @@ the client's ``state.stash`` (it never leaves the client).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 import torch
+from torch import nn
 
 import fedcore
 from fedcore.data import labels_of
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientInfo, ClientState
-from fedcore_clip import PromptedCLIP, PromptEval, cached_features, support_indices, train_prompt
+from fedcore_clip import PromptedCLIP, PromptEval, cached_features, require_prompted, support_indices, train_prompt
 from fedcore_pfedprompt.attention import AFFINITIES, BUFFERS, KINDS, build_memory, personal_logits
 
 MEMORY = StashKey[dict]("pfedprompt.memory")
@@ -64,18 +66,21 @@ class PFedPromptEval(PromptEval):
         return guc + self.alpha * self._bonus(model, client, state, features, ctx)
 
     @fedcore.hookimpl
-    def fedcore_evaluate(self, model, dataset, clients, states, ctx):  # noqa: D102 (extends the parent)
+    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],  # noqa: D102 (extends the parent)
+                         states: Mapping[int, ClientState], ctx: fedcore.RoundContext) -> dict[str, float]:
         out = PromptEval.fedcore_evaluate(self, model, dataset, clients, states, ctx)
-        if not self.alpha_grid or dataset is None or ctx.run.partition.test is None:
-            return out
         run = ctx.run
+        part = run.partition if run is not None else None
+        if not self.alpha_grid or dataset is None or run is None or part is None or part.test is None:
+            return out
+        model = require_prompted(model, type(self).__name__)  # the parent has checked it: this narrows the type
         feats = cached_features(run.stash, model.backbone, dataset, range(len(dataset)), tag="test")
         labels = torch.as_tensor(labels_of(dataset), dtype=torch.long)
         with torch.no_grad():
             text = model.text_features()
             per_alpha: dict[float, list[float]] = {float(a): [] for a in self.alpha_grid}
             for client in clients:
-                idx = list(run.partition.test[client.id])
+                idx = list(part.test[client.id])
                 if not idx:
                     continue
                 guc = model.logits_from_features(feats[idx], text)

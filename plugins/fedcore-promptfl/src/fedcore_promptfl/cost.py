@@ -10,6 +10,7 @@ follow from these counts (see the README).
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import attrs
 
@@ -55,7 +56,8 @@ def system_cost(*, params: float, rounds: int = 100, batch: int = 32, epochs: in
 def clip_counts(name: str) -> dict[str, int]:
     """Real parameter counts of an open_clip architecture (built once with random weights, nothing downloaded),
     with its text token width and joint embedding width."""
-    model = create_clip(name, pretrained=None)
+    # open_clip's CLIP: its text tower and token embedding are attributes mypy cannot see (open_clip is untyped)
+    model: Any = create_clip(name, pretrained=None)
     tower = model.text if hasattr(model, "text") else model
     counts = parameter_counts(model)
     counts["token_width"] = int(tower.token_embedding.weight.shape[1])

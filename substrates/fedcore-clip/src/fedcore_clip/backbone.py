@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -94,6 +94,9 @@ def create_clip(name: str, *, pretrained: str | None = None, seed: int = 0, **kw
 class ImagePrep(nn.Module):
     """Bring any image batch to what the visual tower expects: 3 channels, its size, CLIP normalisation."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         super().__init__()
         self.image_size = int(image_size)
@@ -124,6 +127,10 @@ class FrozenCLIP(nn.Module):
     embeddings are the token embeddings of ``ids``.
     """
 
+    # open_clip's CLIP / CustomTextCLIP: its towers, logit_scale and encoders are attributes that mypy sees
+    # only as ``Tensor | Module`` (open_clip is untyped), so the wrapped model is typed Any.
+    model: Any
+
     def __init__(self, model: nn.Module, *, name: str = "custom") -> None:
         super().__init__()
         if hasattr(model, "text") and not hasattr(model.text, "token_embedding"):
@@ -142,8 +149,11 @@ class FrozenCLIP(nn.Module):
         return super().train(False)
 
     @property
-    def tower(self) -> nn.Module:
-        """The module holding the text transformer (the model itself for ``CLIP``, ``.text`` otherwise)."""
+    def tower(self) -> Any:
+        """The module holding the text transformer (the model itself for ``CLIP``, ``.text`` otherwise).
+
+        Typed Any like :attr:`model`: open_clip's text-tower attributes are invisible to mypy.
+        """
         return self.model.text if hasattr(self.model, "text") else self.model
 
     @property
@@ -212,5 +222,6 @@ def load_backbone(name: str = TINY, *, pretrained: str | None = None, seed: int 
 def parameter_counts(model: nn.Module) -> dict[str, int]:
     """Parameters of the whole CLIP, its image tower and the rest (text tower, projections, logit scale)."""
     total = sum(p.numel() for p in model.parameters())
-    image = sum(p.numel() for p in model.visual.parameters())
+    visual = cast(nn.Module, model.visual)  # open_clip's image tower; the attribute is untyped
+    image = sum(p.numel() for p in visual.parameters())
     return {"total": total, "image": image, "text": total - image}

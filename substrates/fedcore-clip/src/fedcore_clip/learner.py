@@ -29,6 +29,10 @@ def _bpe(tokenizer, text: str) -> list[int]:
 class CoOpPromptLearner(nn.Module):
     """Learnable context vectors around the class-name tokens of every class."""
 
+    tokenized: torch.Tensor
+    token_prefix: torch.Tensor
+    token_suffix: torch.Tensor
+
     def __init__(self, backbone: FrozenCLIP, classnames: Sequence[str], *, n_ctx: int = 16, position: str = "end",
                  csc: bool = False, init: str | None = None, init_std: float = 0.02, n_personal: int = 0,
                  seed: int = 0) -> None:

@@ -50,11 +50,12 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
     from fedcore_clip.captioned import captions, downstream, pretraining_set
 
     path = cache_path(dataset, steps=steps, batch_size=batch_size, lr=lr, seed=seed, n_per_class=n_per_class)
-    model = create_clip(TINY, seed=seed)
+    # open_clip's CLIP: its encoders and logit_scale are attributes mypy cannot see (open_clip is untyped)
+    model: Any = create_clip(TINY, seed=seed)
     if cache and path.exists():
         model.load_state_dict(load_file(str(path)))
         frozen = FrozenCLIP(model, name=TINY)
-        info = json.loads(path.with_suffix(".json").read_text())
+        info: dict[str, Any] = json.loads(path.with_suffix(".json").read_text())
         info["zero_shot_downstream_test"] = zero_shot_accuracy(frozen, downstream(dataset, seed=seed)[1], dataset)
         return frozen, info
     data = pretraining_set(dataset, seed=seed, n_per_class=n_per_class)
@@ -94,11 +95,11 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
                       f"scale {float(model.logit_scale.detach().exp()):.1f} ({time.perf_counter() - start:.0f}s)",
                       flush=True)
     frozen = FrozenCLIP(model.eval(), name=TINY)
-    info: dict[str, Any] = dict(_settings(dataset, steps, batch_size, lr, seed, n_per_class), path=str(path),
-                                train_seconds=round(time.perf_counter() - start, 1),
-                                logit_scale=float(frozen.logit_scale()),
-                                note="tiny open_clip CLIP pre-trained by fedcore on captioned "
-                                     f"{dataset}; no external weights")
+    info = dict(_settings(dataset, steps, batch_size, lr, seed, n_per_class), path=str(path),
+                train_seconds=round(time.perf_counter() - start, 1),
+                logit_scale=float(frozen.logit_scale()),
+                note="tiny open_clip CLIP pre-trained by fedcore on captioned "
+                     f"{dataset}; no external weights")
     for split, ds in (("pretrain", data), ("downstream_test", downstream(dataset, seed=seed)[1])):
         info[f"zero_shot_{split}"] = zero_shot_accuracy(frozen, ds, dataset)
     if cache:
