@@ -158,10 +158,11 @@ def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> En
     except UnknownComponentError as exc:
         broken = [p for p in cat.plugins.values() if not p.ok]
         package = PACKAGES.get(name)
-        if kind == "component" and name in cat.registry.names("recipe"):
+        if kind == "component" and name in cat.registry.names("recipe"):  # e.g. 0.1 names that became recipes
             raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=(
-                f"{name!r} is a recipe (a preset of several components), not a component: write recipe = "
-                f"\"{name}\" in the config (Python: fedcore.recipe(\"{name}\"))")) from None
+                f"{name!r} is a recipe (a preset pipeline of components), not a component: write recipe = "
+                f"\"{name}\" in TOML or fedcore.recipe(\"{name}\") in Python, and give settings to the slot that "
+                f"owns them (fedcore describe {name})")) from None
         for p in broken:
             if name == p.name or name.startswith(p.name) or (package and package == p.distribution):
                 cause = (p.error or "").strip().splitlines()[-1]  # e.g. "ModuleNotFoundError: No module named 'peft'"
@@ -169,11 +170,6 @@ def lookup(name: str, kind: str = "component", *, slot: str | None = None) -> En
                     f"{kind} {name!r} may come from plugin {p.name!r} ({p.distribution}), which failed to import: "
                     f"{cause}\n{p.error}\n(if you just installed it in this process, restart the process)"
                 ) from exc
-        if kind == "component" and (name in cat.registry.names("recipe")):  # 0.1 names that became recipes
-            raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=(
-                f"{name!r} is a recipe (a preset pipeline of components), not a component: write recipe = {name!r} "
-                f"in TOML or fedcore.recipe({name!r}) in Python, and give settings to the slot that owns them "
-                f"(fedcore describe {name})")) from None
         if package and not any(p.distribution == package for p in cat.plugins.values()):
             raise UnknownComponentError(name, (), kind=kind, slot=slot, reason=_not_loaded(package, cat)) from None
         available, note = exc.available, ""

@@ -256,7 +256,7 @@ def test_round_start_truncates_the_global_factors(mode):
 
 
 def test_old_component_names_point_to_the_recipe():
-    with pytest.raises(fedcore.UnknownComponentError, match=r"'sa-fedlora' is a recipe .* recipe = 'sa-fedlora'"):
+    with pytest.raises(fedcore.UnknownComponentError, match=r"'sa-fedlora' is a recipe .* recipe = \"sa-fedlora\" in TOML"):
         fedcore.Pipeline.from_config({"plugins": [{"name": "sa-fedlora", "r_a": 3}]})
     import fedcore_safedlora
 

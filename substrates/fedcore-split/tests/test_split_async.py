@@ -118,9 +118,9 @@ def test_robust_aggregators_merge_the_client_segments_of_split_recipes(recipe, a
 def test_a_recipe_name_in_a_slot_points_to_recipe():
     with pytest.raises(ConfigError) as err:
         fedcore.Pipeline.from_config({"split": "fedv"})
-    assert str(err.value) == ("unknown component 'fedv' for slot 'split': 'fedv' is a recipe (a preset of several "
-                              "components), not a component: write recipe = \"fedv\" in the config "
-                              "(Python: fedcore.recipe(\"fedv\"))")
+    assert str(err.value) == ("unknown component 'fedv' for slot 'split': 'fedv' is a recipe (a preset pipeline of "
+                              "components), not a component: write recipe = \"fedv\" in TOML or fedcore.recipe(\"fedv\") "
+                              "in Python, and give settings to the slot that owns them (fedcore describe fedv)")
 
 
 @pytest.mark.parametrize("recipe, split", [("fedv", {}), ("splitfed-v2", {"personal": True})])
