@@ -25,7 +25,7 @@ from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, 
 from fedcore_fedv.share import FedVShare
 from fedcore_fedv.train import FedVTrain
 
-MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of these recipes (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
 
 RECIPES = {

@@ -7,12 +7,14 @@ settings by naming it again: ``fedcore.recipe("sa-fedlora", plugins=[{"name": "s
 """
 from __future__ import annotations
 
+from typing import Any
+
 from fedcore import Recipe
 
 _LORA = {"split": "sa-fedlora-share", "local_update": "sa-fedlora-sgd", "aggregate": "staleness-mean"}
 _FULL = {"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"}
 _PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
-MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of these recipes (recipe matrix): LoRA targets (qkv, proj, fc1, fc2) and a head need a ViT."""
 
 RECIPES: dict[str, Recipe] = {

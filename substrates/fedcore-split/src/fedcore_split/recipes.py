@@ -1,9 +1,11 @@
 """The split-learning baselines as recipes of single-slot components (each slot replaceable)."""
 from __future__ import annotations
 
+from typing import Any
+
 from fedcore import Recipe
 
-MICRO_VIT = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
+MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of a split recipe (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
 
 RECIPES = {
