@@ -168,11 +168,13 @@ def test_rich_progress_renders_and_degrades(tmp_path):
     live.start()
     live.round_started(0)
     live.client_finished()
-    live.round_done({"round": 0, "clients": [0], "test_accuracy": 0.5, "bytes_up_total": 10, "bytes_down_total": 10})
+    live.round_done({"round": 0, "clients": [0], "test_accuracy": 0.5, "bytes_up_total": 10, "bytes_down_total": 10,
+                     "split_stale_applied": 2, "split_stale_dropped": 1, "share_changed": [{"client": 3}]})
     live.note("a note")
     live.close()
     text = stream.getvalue()
     assert "a note" in text and "1/2" in text
+    assert "stale sessions 2 applied 1 dropped" in text and "share changed: 1 dropped" in text  # the live view too
     plain = io.StringIO()
     auto = RunProgress(name="p", rounds=2, mode="auto", stream=plain)  # StringIO is not a terminal
     assert auto.mode == "plain"

@@ -133,8 +133,11 @@ class RunProgress:
         acc = f"{record[key]:.4f}" if key else "-"
         moved = human_bytes(record.get("bytes_up_total", 0) + record.get("bytes_down_total", 0))
         clients = len(record.get("clients", ())) or self.clients_done
+        events = round_events(record)
         if self._progress is not None:
             self._update(completed=done, clients=clients, acc=acc, bytes=moved)
+            if events:  # rare, and worth keeping on screen: a line above the live bar
+                self._progress.console.print(f"[yellow]{self.name} round {done}: {events}")
             return
         if self.mode == "none":
             return
@@ -147,9 +150,8 @@ class RunProgress:
         parts.append(f"up {human_bytes(record.get('bytes_up', 0))} down {human_bytes(record.get('bytes_down', 0))}")
         if "virtual_time" in record:
             parts.append(f"vtime {human_seconds(record['virtual_time'])}")
-        if "split_stale_applied" in record or "split_stale_dropped" in record:  # late split-learning server sessions
-            parts.append(f"stale sessions {int(record.get('split_stale_applied', 0))} applied "
-                         f"{int(record.get('split_stale_dropped', 0))} dropped")
+        if events:
+            parts.append(events)
         parts.append(f"{mean:.2f} s/round")
         parts.append(f"eta {human_seconds(mean * (self.rounds - done))}")
         self._line("  ".join(parts))
@@ -166,3 +168,18 @@ class RunProgress:
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
+
+
+def round_events(record: Mapping[str, Any]) -> str:
+    """Work of the round that stale or changed shares cost, for both progress modes ("" when none).
+
+    Late split-learning server sessions applied or dropped (``split_stale_*``) and updates dropped because the
+    share they were made for no longer fits the model (``share_changed``).
+    """
+    parts = []
+    if "split_stale_applied" in record or "split_stale_dropped" in record:
+        parts.append(f"stale sessions {int(record.get('split_stale_applied', 0))} applied "
+                     f"{int(record.get('split_stale_dropped', 0))} dropped")
+    if record.get("share_changed"):
+        parts.append(f"share changed: {len(record['share_changed'])} dropped")
+    return "  ".join(parts)
