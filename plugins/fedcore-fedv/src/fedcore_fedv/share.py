@@ -35,14 +35,8 @@ from fedcore_split import (
     round_rule,
     server_state,
     stale_metrics,
+    tiny_vit_check_plan,
 )
-
-
-def tiny_vit_plan(*companions: Any) -> Any:
-    from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
-
-    return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, companions=companions,
-                                             data_factory=lambda: tiny_data(n=48, n_test=24)))
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -89,7 +83,7 @@ class FedVShare:
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
         from fedcore_fedv.train import FedVTrain
 
-        return tiny_vit_plan(FedVTrain())
+        return tiny_vit_check_plan(FedVTrain())
 
     @fedcore.hookimpl
     def fedcore_run_start(self, run: RunContext) -> None:

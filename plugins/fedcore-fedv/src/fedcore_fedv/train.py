@@ -35,9 +35,10 @@ class FedVTrain:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore_fedv.share import FedVShare, tiny_vit_plan
+        from fedcore_fedv.share import FedVShare
+        from fedcore_split import tiny_vit_check_plan
 
-        return tiny_vit_plan(FedVShare())
+        return tiny_vit_check_plan(FedVShare())
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,

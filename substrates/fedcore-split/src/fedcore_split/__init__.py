@@ -18,7 +18,15 @@ FedV alone and live in its plugin (``fedcore_fedv.spsa``, ``fedcore_fedv.inversi
 from typing import Any
 
 from fedcore_split.aggregate import aggregate_split
-from fedcore_split.components import SLTurns, SplitShare, SplitTrain, Turns, layout_for, refuse_delta_aggregator
+from fedcore_split.components import (
+    SLTurns,
+    SplitShare,
+    SplitTrain,
+    Turns,
+    layout_for,
+    refuse_delta_aggregator,
+    tiny_vit_check_plan,
+)
 from fedcore_split.deprecated import SplitFedV1, SplitFedV2, SplitLearning, VanillaSL
 from fedcore_split.endpoint import (
     INPUT_GRAD,
@@ -52,7 +60,7 @@ __all__ = [
     "SplitServerState", "SplitShare", "SplitTrain", "StaleSession", "Turns", "VanillaSL", "aggregate_split",
     "build_share", "finish_round", "layout_for", "make_optimizer", "personal_entries", "refuse_delta_aggregator",
     "remember", "round_rule", "server_state", "split_layout", "stage_names", "stages_of", "stale_metrics",
-    "staleness_weight", "take_rule", "train_split",
+    "staleness_weight", "take_rule", "tiny_vit_check_plan", "train_split",
 ]
 
 

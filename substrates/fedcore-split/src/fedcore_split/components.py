@@ -62,7 +62,9 @@ def refuse_delta_aggregator(component: Any, pipeline: fedcore.Pipeline) -> None:
                           f"aggregator of uploaded values (fedavg, fedasync, trimmed-mean, median)")
 
 
-def _tiny_vit_plan(*companions: Any) -> Any:
+def tiny_vit_check_plan(*companions: Any) -> Any:
+    """The contract checks' plan for a split component: a tiny timm ViT (named stages to cut), tiny data and the
+    ``companions`` it needs in the pipeline (a share needs a split local update and vice versa)."""
     from fedcore.testing import CheckPlan, ContractFixture, tiny_data, tiny_vit
 
     return CheckPlan(fixture=ContractFixture(model_factory=tiny_vit, companions=companions,
@@ -102,7 +104,7 @@ class SplitShare:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        return _tiny_vit_plan(SplitTrain())
+        return tiny_vit_check_plan(SplitTrain())
 
     @fedcore.hookimpl
     def fedcore_run_start(self, run: RunContext) -> None:
@@ -156,7 +158,7 @@ class SplitTrain:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        return _tiny_vit_plan(SplitShare())
+        return tiny_vit_check_plan(SplitShare())
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
