@@ -69,7 +69,9 @@ def _round_of(path: Path) -> int:
 
 def _partition_digest(engine: Engine) -> str:
     part = engine.run_ctx.partition
-    text = json.dumps([list(part.train), None if part.test is None else list(part.test)]) if part else "null"
+    # lists of lists: the same text as when the partition held tuples, so older checkpoints still match
+    text = json.dumps([[list(p) for p in part.train], None if part.test is None else [list(p) for p in part.test]]) \
+        if part else "null"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
