@@ -1,9 +1,9 @@
 """Clients dropping out mid-round at 30 / 70 / 100 %: partial work is a result, no work at all is a failed run."""
 import json
 
+from battery import config_text, rows_of, status_of
 import pytest
 
-from battery import config_text, rows_of, status_of
 from fedcore.cli import main
 
 

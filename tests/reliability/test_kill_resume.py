@@ -1,11 +1,11 @@
 """kill -9 a real ``fedcore run`` at seeded random moments under each scheduler, with faults; resume: identical run."""
 import random
 
-import pytest
-import torch
-from safetensors.torch import load_file
-
 from battery import SCHEDULES, comparable, config_text, fedcore, kill_at, rows_of, status_of
+import pytest
+from safetensors.torch import load_file
+import torch
+
 from fedcore.cli import main
 
 ROUNDS = 8

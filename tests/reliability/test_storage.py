@@ -4,15 +4,14 @@ Promise: a resume continues from the newest checkpoint that verifies and gives t
 a checkpoint that cannot be written leaves nothing partial and one clear error, and the last good one resumes.
 """
 import errno
-import json
 import os
 from pathlib import Path
 import shutil
 import subprocess
 
+from battery import comparable, config_text, rows_of, status_of
 import pytest
 
-from battery import comparable, config_text, rows_of, status_of
 from fedcore.cli import main
 from fedcore.engine import checkpoint as checkpoint_module
 from fedcore.engine.checkpoint import list_checkpoints, read_checkpoint
@@ -52,14 +51,26 @@ def resume(run_dir, capsys):
     return err
 
 
+def _truncate_tensors(d):
+    (d / "tensors.safetensors").write_bytes((d / "tensors.safetensors").read_bytes()[:-9])
+
+
+def _flip_a_bit(d):
+    data = bytearray((d / "tensors.safetensors").read_bytes())
+    data[-5] ^= 1
+    (d / "tensors.safetensors").write_bytes(bytes(data))
+
+
+def _drop_the_digest(d):
+    next(p for p in d.iterdir() if p.name not in ("tensors.safetensors", "state.json")).unlink()
+
+
 DAMAGE = {
-    "tensors-truncated": lambda d: (d / "tensors.safetensors").write_bytes((d / "tensors.safetensors").read_bytes()[:-9]),
-    "tensors-bit-flip": lambda d: (d / "tensors.safetensors").write_bytes(
-        (lambda b: b[:-5] + bytes([b[-5] ^ 1]) + b[-4:])((d / "tensors.safetensors").read_bytes())),
+    "tensors-truncated": _truncate_tensors,
+    "tensors-bit-flip": _flip_a_bit,
     "state-truncated": lambda d: (d / "state.json").write_text((d / "state.json").read_text()[:40]),
     "state-garbage": lambda d: (d / "state.json").write_bytes(os.urandom(64)),
-    "digest-missing": lambda d: next(p for p in d.iterdir() if p.name not in ("tensors.safetensors", "state.json")
-                                     ).unlink(),
+    "digest-missing": _drop_the_digest,
 }
 
 
