@@ -1,4 +1,5 @@
 """The loaders for real datasets on disk, run on tiny files these tests write (nothing is downloaded)."""
+import os
 import pickle
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from fedcore.data.files import load_cifar, load_hf_disk, load_image_folder
+from fedcore.data.safe_pickle import UnsafePickleError, load_data_pickle
 
 
 def _pixels(seed, shape):
@@ -80,6 +82,56 @@ def test_cifar100_python_files_and_missing_files(tmp_path):
     assert train.x.shape == (5, 3, 32, 32) and train.y.tolist() == [0, 1, 2, 3, 4] and len(train.classes) == 100
     with pytest.raises(FileNotFoundError, match=r"data_batch_1.*nothing is downloaded"):
         load_cifar(tmp_path, hundred=False)
+
+
+class _Payload:
+    """What a crafted batch file carries: unpickling it would create ``marker`` (a shell command on load)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4, 5])
+def test_a_crafted_cifar_batch_is_refused_without_running_anything(tmp_path, protocol):
+    _write_cifar10(tmp_path)
+    marker = tmp_path / "pwned"
+    crafted = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    with open(crafted, "wb") as fh:
+        pickle.dump({b"labels": [0], b"data": _Payload(marker)}, fh, protocol=protocol)
+    with pytest.raises(UnsafePickleError, match=r"data_batch_3: refused to load: the file asks for posix\.system"):
+        load_cifar(tmp_path, train=True)
+    assert not marker.exists()  # refused before anything was called
+    crafted.write_bytes(pickle.dumps(_Payload(marker), protocol=protocol))  # the payload as the whole file
+    with pytest.raises(UnsafePickleError, match="nothing in it was executed"):
+        load_cifar(tmp_path, train=True)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+def test_genuine_batches_load_whatever_the_pickle_protocol(tmp_path, protocol):
+    data, labels = _pixels(3, (2, 3072)), [3, 7]
+    path = tmp_path / "batch"
+    path.write_bytes(pickle.dumps({b"data": data, b"labels": labels, b"n": np.int64(2), b"f": 0.5}, protocol=protocol))
+    batch = load_data_pickle(path)
+    assert np.array_equal(batch[b"data"], data) and batch[b"labels"] == labels and batch[b"n"] == 2
+    # numpy 1 (and the official Python 2 files) name numpy.core.multiarray rather than numpy._core.multiarray
+    old = pickle.dumps({b"data": data}, protocol=2).replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    path.write_bytes(old)
+    assert np.array_equal(load_data_pickle(path)[b"data"], data)
+
+
+def test_a_truncated_or_foreign_batch_is_one_clear_error(tmp_path):
+    _write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    batch.write_bytes(batch.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"data_batch_2: not a CIFAR python batch file \((UnpicklingError|EOFError)"):
+        load_cifar(tmp_path)
+    batch.write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"data_batch_2: not a CIFAR python batch file: expected a dict with keys"):
+        load_cifar(tmp_path)
 
 
 def test_hf_save_to_disk_image_feature_and_class_names(tmp_path):

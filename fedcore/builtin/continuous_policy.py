@@ -16,11 +16,15 @@ from fedcore.types import ClientInfo, ClientUpdate
 
 
 def fill_to(concurrency: int, idle: Sequence[int], busy: Sequence[int], rng: np.random.Generator) -> list[int]:
-    """Enough idle clients, drawn uniformly, to have ``concurrency`` busy; in id order."""
+    """Enough idle clients, drawn uniformly, to have ``concurrency`` busy; in id order.
+
+    Draws positions in ``idle`` (the same draw as choosing from ``np.asarray(idle)``), so a refill costs
+    O(k + busy), not O(registered clients).
+    """
     k = min(max(0, concurrency - len(busy)), len(idle))
     if k == 0:
         return []
-    return sorted(int(c) for c in rng.choice(np.asarray(idle), size=k, replace=False))
+    return sorted(int(idle[int(i)]) for i in rng.choice(len(idle), size=k, replace=False))
 
 
 def resolve_concurrency(owner: str, concurrency: int | None, clients: Sequence[ClientInfo]) -> int:

@@ -14,6 +14,7 @@ import fedcore
 from fedcore.contexts import RunContext
 from fedcore.data.arrays import labels_of
 from fedcore.errors import ConfigError
+from fedcore.indices import IndexList, index_lists
 from fedcore.settings import setting
 from fedcore.types import Partition
 
@@ -24,8 +25,8 @@ def _require_enough(num_clients: int, n: int, per_client: int, what: str) -> Non
                           f"the training set has {n}")
 
 
-def _index_lists(value: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(i) for i in part) for part in value)
+def _index_lists(value: Iterable[Iterable[int]]) -> tuple[IndexList, ...]:
+    return index_lists(value)
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -35,7 +36,7 @@ class GivenPartition:
     The engine still checks it: one list per client, no empty client, indices inside the training set.
     """
 
-    parts: tuple[tuple[int, ...], ...] = attrs.field(converter=_index_lists,
+    parts: tuple[IndexList, ...] = attrs.field(converter=_index_lists,
                                                      metadata={"help": "one list of training-set indices per client"})
 
     @classmethod
@@ -57,7 +58,7 @@ class IIDPartition:
     def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         _require_enough(num_clients, len(dataset), 1, "min_size")
         perm = run.np_rng("partition").permutation(len(dataset))
-        return Partition(train=[sorted(p.tolist()) for p in np.array_split(perm, num_clients)])
+        return Partition(train=[np.sort(p) for p in np.array_split(perm, num_clients)])
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -211,4 +212,4 @@ class QuantitySkewPartition:
         sizes = self.min_size + np.floor(props * spare).astype(int)
         sizes[np.argmax(props)] += n - sizes.sum()
         perm = rng.permutation(n)
-        return Partition(train=[sorted(p.tolist()) for p in np.split(perm, np.cumsum(sizes)[:-1])])
+        return Partition(train=[np.sort(p) for p in np.split(perm, np.cumsum(sizes)[:-1])])

@@ -5,11 +5,13 @@ Nothing is downloaded: these read what a user already has. Each returns an :clas
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedcore.data.arrays import ArrayDataset
+from fedcore.data.safe_pickle import UnsafePickleError, load_data_pickle
 
 
 def load_image_folder(root: str | Path, *, size: int | None = None, grayscale: bool = False) -> ArrayDataset:
@@ -37,10 +39,10 @@ def load_cifar(root: str | Path, *, train: bool = True, hundred: bool = False) -
 
     Reads the batch files directly (the format torchvision reads) rather than through torchvision's
     dataset class, whose md5 check refuses anything but the exact official files (subsets, test fixtures).
+    The files are pickles; they are read by :mod:`fedcore.data.safe_pickle`, which refuses a file that names
+    anything but containers, numbers, bytes and numpy arrays (a crafted batch cannot run code on load).
     ``root`` is the directory holding ``cifar-10-batches-py`` / ``cifar-100-python``, or that directory itself.
     """
-    import pickle
-
     root = Path(root)
     folder = "cifar-100-python" if hundred else "cifar-10-batches-py"
     base = root / folder if (root / folder).is_dir() else root
@@ -58,14 +60,28 @@ def load_cifar(root: str | Path, *, train: bool = True, hundred: bool = False) -
     data: list[np.ndarray] = []
     labels: list[int] = []
     for name in files:
-        with open(base / name, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")  # the official format is a pickled dict
+        batch = _batch(base / name, (b"data", label_key))
         data.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels.extend(int(v) for v in batch[label_key])
-    with open(base / meta, "rb") as fh:
-        classes = [n.decode() if isinstance(n, bytes) else str(n) for n in pickle.load(fh, encoding="bytes")[names_key]]
+    names = _batch(base / meta, (names_key,))[names_key]
+    classes = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
     x = torch.from_numpy(np.concatenate(data)).float() / 255.0
     return ArrayDataset(x, torch.as_tensor(labels), classes)
+
+
+def _batch(path: Path, keys: tuple[bytes, ...]) -> dict[Any, Any]:
+    """One CIFAR python file: a pickled dict with bytes keys, read by the restricted unpickler, never pickle.load."""
+    try:
+        batch = load_data_pickle(path)
+    except UnsafePickleError:
+        raise
+    except Exception as exc:  # truncated or not a pickle at all
+        raise ValueError(f"{path}: not a CIFAR python batch file ({type(exc).__name__}: {exc})") from exc
+    missing = [k for k in keys if not isinstance(batch, dict) or k not in batch]
+    if missing:
+        raise ValueError(f"{path}: not a CIFAR python batch file: expected a dict with keys {list(keys)}, "
+                         f"missing {missing}")
+    return batch
 
 
 def load_hf_disk(

@@ -104,7 +104,7 @@ def arrive(engine: Engine, item: InFlight, ctx: RoundContext) -> None:
         log.info("round %s: client %s %s", ctx.round, cid,
                  "dropped out mid-round" if item.outcome == "dropout" else "lost its upload")
         return
-    client = next(c for c in run.clients if c.id == cid)
+    client = run.clients[cid]  # ids are positions (Engine.setup): no scan of every registered client
     if item.error is not None:
         engine.events["failed"].append({"client": cid, "error": item.error.strip().splitlines()[-1]})
         log.warning("client %s failed in round %s; its work is dropped:\n%s", cid, ctx.round, item.error)

@@ -69,7 +69,9 @@ def _round_of(path: Path) -> int:
 
 def _partition_digest(engine: Engine) -> str:
     part = engine.run_ctx.partition
-    text = json.dumps([list(part.train), None if part.test is None else list(part.test)]) if part else "null"
+    # lists of lists: the same text as when the partition held tuples, so older checkpoints still match
+    text = json.dumps([[list(p) for p in part.train], None if part.test is None else [list(p) for p in part.test]]) \
+        if part else "null"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -211,13 +213,22 @@ def write_checkpoint(root: str | Path, state: dict[str, Any], tensors: dict[str,
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_file(tensors, str(tmp / TENSORS), metadata={"format": str(FORMAT)})
-    with open(tmp / TENSORS, "rb") as f:
-        os.fsync(f.fileno())
-    state = dict(state, files={TENSORS: {"sha256": _sha256(tmp / TENSORS), "bytes": (tmp / TENSORS).stat().st_size}})
-    body = json.dumps(state, sort_keys=True).encode()
-    _fsync_write(tmp / STATE, body)
-    _fsync_write(tmp / DIGEST, (hashlib.sha256(body).hexdigest() + "\n").encode())
+    try:
+        save_file(tensors, str(tmp / TENSORS), metadata={"format": str(FORMAT)})
+        with open(tmp / TENSORS, "rb") as f:
+            os.fsync(f.fileno())
+        state = dict(state, files={TENSORS: {"sha256": _sha256(tmp / TENSORS),
+                                             "bytes": (tmp / TENSORS).stat().st_size}})
+        body = json.dumps(state, sort_keys=True).encode()
+        _fsync_write(tmp / STATE, body)
+        _fsync_write(tmp / DIGEST, (hashlib.sha256(body).hexdigest() + "\n").encode())
+    except Exception as exc:  # a full disk, a quota (safetensors reports ENOSPC as its own error type): remove the
+        shutil.rmtree(tmp, ignore_errors=True)  # partial copy; the last good checkpoint stays usable
+        good = list_checkpoints(root)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CheckpointError(f"could not write checkpoint {final.name} in {root}: {why}; "
+                              f"nothing partial was left, the last good checkpoint is "
+                              f"{good[-1].name if good else '(none)'}; free space and --resume") from exc
     if final.exists():  # a round done again after falling back past a bad checkpoint
         old = root / f".old-{final.name}-{os.getpid()}"
         os.replace(final, old)

@@ -38,7 +38,7 @@ class ClientJob:
 
     client: ClientInfo
     share: Share
-    pool: tuple[int, ...]
+    pool: Sequence[int]  # the client's IndexList (Partition.train or .pool)
     state: ClientState
     ctx: RoundContext
     version: int

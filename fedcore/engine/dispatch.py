@@ -18,6 +18,7 @@ import torch
 from fedcore.contexts import RoundContext
 from fedcore.engine.arrivals import InFlight
 from fedcore.engine.client_job import ClientJob
+from fedcore.engine.idle import IdleClients
 from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.rng import derive_seed, numpy_generator
@@ -83,12 +84,12 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
         engine._count_round, engine._dispatch_calls, engine._starts = ctx.round, 0, {}
     calls = engine._dispatch_calls
     engine._dispatch_calls += 1
-    clients = {c.id: c for c in run.clients}
+    clients = run.clients  # client ids are their positions (Engine.setup)
     busy = engine.busy_ids()
-    idle = [c for c in clients if c not in busy]
+    idle = IdleClients(len(clients), busy)  # O(busy), not O(registered clients): see fedcore.engine.idle
     rng = numpy_generator(run.seed, "schedule", ctx.round, *((calls,) if calls else ()))
     chosen = list(engine.scheduler.dispatch(round=ctx.round, now=engine.now, idle=idle, busy=busy, rng=rng))
-    unknown = sorted(set(chosen) - set(idle))
+    unknown = sorted({c for c in chosen if c not in idle})
     if unknown:
         raise ConfigError(f"scheduler dispatched clients {unknown} that are not idle")
     contexts, plans = {}, {}

@@ -43,8 +43,8 @@ def check_partition(partition: Partition, num_clients: int, train_size: int) -> 
         if not part:
             raise ConfigError(f"the partition leaves client {c} with no training samples; use fewer clients "
                               f"(num_clients={num_clients}) or a partitioner with a minimum size")
-        bad = [i for i in part if not 0 <= i < train_size]
-        if bad:
+        if min(part) < 0 or max(part) >= train_size:
+            bad = [i for i in part if not 0 <= i < train_size]
             raise ConfigError(f"client {c} has sample indices outside the training set of {train_size}: {bad[:5]}")
 
 

@@ -200,7 +200,7 @@ def validate(config: Mapping[str, Any], *, source: str = "config") -> dict[str, 
 # -- reading and overriding -------------------------------------------------------------------------------
 
 _SET = re.compile(r"^\s*([A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*)\s*=(.*)$", re.S)
-_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+_BARE = re.compile(r"^[^\W\d][\w.\-/]*$")  # a bare word: letters (any script), digits, _ . - /
 
 
 def parse_set(text: str) -> tuple[list[str], Any]:

@@ -132,7 +132,8 @@ class RunProgress:
         key = accuracy_key(record)
         acc = f"{record[key]:.4f}" if key else "-"
         moved = human_bytes(record.get("bytes_up_total", 0) + record.get("bytes_down_total", 0))
-        clients = len(record.get("clients", ())) or self.clients_done
+        clients = 0 if "round_failed" in record and not record.get("clients") else \
+            len(record.get("clients", ())) or self.clients_done
         events = round_events(record)
         if self._progress is not None:
             self._update(completed=done, clients=clients, acc=acc, bytes=moved)
@@ -173,10 +174,13 @@ class RunProgress:
 def round_events(record: Mapping[str, Any]) -> str:
     """Work of the round that stale or changed shares cost, for both progress modes ("" when none).
 
-    Late split-learning server sessions applied or dropped (``split_stale_*``) and updates dropped because the
-    share they were made for no longer fits the model (``share_changed``).
+    Late split-learning server sessions applied or dropped (``split_stale_*``), updates dropped because the
+    share they were made for no longer fits the model (``share_changed``), and a round that applied nothing
+    (``round_failed``: no update arrived, or the aggregate was refused).
     """
     parts = []
+    if "round_failed" in record:
+        parts.append(f"round failed: {record['round_failed']}")
     if "split_stale_applied" in record or "split_stale_dropped" in record:
         parts.append(f"stale sessions {int(record.get('split_stale_applied', 0))} applied "
                      f"{int(record.get('split_stale_dropped', 0))} dropped")

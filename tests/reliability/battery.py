@@ -1,0 +1,87 @@
+"""What the battery's cases share: tiny configs per scheduler, reading a run directory, killing a real run."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+SCHEDULES = {
+    "sync": 'schedule = { name = "uniform", fraction = 0.75 }\naggregate = "fedavg"',
+    "semi-async": 'schedule = { name = "semi-async", mu = 0.5, t_clk = 0.002 }\naggregate = "fedavg"',
+    "buffered": 'schedule = { name = "buffered", buffer_size = 2, concurrency = 4 }\naggregate = "fedbuff"',
+    "async": 'schedule = { name = "async", concurrency = 3 }\naggregate = { name = "fedasync", alpha = 0.6 }',
+}
+
+
+def config_text(schedule: str, *, rounds: int = 8, faults: str = "dropout_during = 0.2\nlost_upload = 0.1",
+                name: str = "battery", epochs: int = 6) -> str:
+    """A small run on synthetic data with simulated devices, faults and a checkpoint every round."""
+    return textwrap.dedent(f"""\
+        name = "{name}"
+        rounds = {rounds}
+        num_clients = 6
+        seed = 11
+        dataset = {{ name = "synthetic", n = 480, n_test = 120, noise = 1.5 }}
+        model = {{ name = "tiny-mlp", hidden = 32 }}
+
+        [pipeline]
+        partition = {{ name = "dirichlet", alpha = 0.5, min_size = 20 }}
+        local_update = {{ name = "sgd", lr = 0.05, momentum = 0.9, epochs = {epochs}, batch_size = 16 }}
+        """) + SCHEDULES[schedule] + textwrap.dedent(f"""
+
+        [clock]
+        efficiency = 1.0
+
+        [profiles]
+        weights = {{ watch = 2, phone = 2, laptop = 2 }}
+
+        [faults]
+        {faults}
+
+        [checkpoint]
+        every = 1
+        keep = 2
+        """)
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if "wall" not in k} for r in rows]
+
+
+def status_of(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "status.json").read_text())
+
+
+def fedcore(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedcore.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def kill_at(args: list[str], run_dir: Path, *, after_rows: int, delay: float, timeout: float = 300) -> int:
+    """Start ``fedcore ARGS``, SIGKILL it ``delay`` seconds after ``run_dir`` has ``after_rows`` rows; rows then.
+
+    Returns -1 when the run finished before the kill landed (the caller draws another moment).
+    """
+    cmd = [sys.executable, "-m", "fedcore.cli", *args, "--progress", "none"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while len(rows_of(run_dir)) < after_rows and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)
+    if proc.poll() is not None:
+        return -1
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(rows_of(run_dir))

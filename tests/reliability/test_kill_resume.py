@@ -1,0 +1,65 @@
+"""kill -9 a real ``fedcore run`` at seeded random moments under each scheduler, with faults; resume: identical run."""
+import random
+
+from battery import SCHEDULES, comparable, config_text, fedcore, kill_at, rows_of, status_of
+import pytest
+from safetensors.torch import load_file
+import torch
+
+from fedcore.cli import main
+
+ROUNDS = 8
+
+
+def reference(tmp_path, schedule):
+    config = tmp_path / f"{schedule}.toml"
+    config.write_text(config_text(schedule, rounds=ROUNDS))
+    ref = tmp_path / "reference"
+    assert main(["run", str(config), "--out", str(ref), "--progress", "none"]) == 0
+    rows = rows_of(ref)
+    assert len(rows) == ROUNDS and any(r.get("dropout") or r.get("lost") for r in rows)  # the faults happened
+    return config, ref, rows
+
+
+def same_model(a, b):
+    x, y = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def kill_and_resume(config, run_dir, rng, kills):
+    """``kills`` SIGKILLs at seeded moments (rows written + a delay), a resume after each; returns rows at each kill."""
+    done = []
+    for i in range(kills):
+        for _ in range(5):  # a moment after the run finished does not count: draw another
+            after = rng.randint(len(rows_of(run_dir)), ROUNDS - 2) if i else rng.randint(1, ROUNDS - 2)
+            args = ["run", str(config), "--out", str(run_dir)] if i == 0 else ["run", "--resume", str(run_dir)]
+            got = kill_at(args, run_dir, after_rows=after, delay=rng.uniform(0.0, 0.25))
+            if got >= 0:
+                done.append(got)
+                break
+        assert status_of(run_dir)["state"] == "running"  # killed: nobody wrote finished or failed
+    final = fedcore("run", "--resume", str(run_dir), "--progress", "none")
+    assert final.returncode == 0, final.stderr
+    return done
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_one_kill_at_a_seeded_moment_then_resume_is_the_uninterrupted_run(tmp_path, capsys, schedule):
+    config, ref, expected = reference(tmp_path, schedule)
+    capsys.readouterr()
+    run_dir = tmp_path / "killed"
+    kill_and_resume(config, run_dir, random.Random(f"kill-{schedule}"), kills=1)
+    assert comparable(rows_of(run_dir)) == comparable(expected)
+    assert status_of(run_dir)["state"] == "finished" and same_model(run_dir, ref)
+
+
+@pytest.mark.reliability_long
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_repeated_kills_at_seeded_moments_then_resume_is_the_uninterrupted_run(tmp_path, capsys, schedule, seed):
+    config, ref, expected = reference(tmp_path, schedule)
+    capsys.readouterr()
+    run_dir = tmp_path / "killed"
+    kill_and_resume(config, run_dir, random.Random(f"kills-{schedule}-{seed}"), kills=3)
+    assert comparable(rows_of(run_dir)) == comparable(expected)
+    assert status_of(run_dir)["state"] == "finished" and same_model(run_dir, ref)
