@@ -58,6 +58,8 @@ def batches(dataset: Any, indices: Sequence[int], batch_size: int, *, generator:
     if shuffle:
         idx = idx[torch.randperm(len(idx), generator=generator)]
     direct = isinstance(dataset, ArrayDataset)
+    if direct and dataset.x.device != idx.device:  # data placed on an accelerator: index it there
+        idx = idx.to(dataset.x.device)
     for start in range(0, len(idx), batch_size):
         chunk = idx[start:start + batch_size]
         if direct:

@@ -66,7 +66,8 @@ def build_job(engine: Engine, client: ClientInfo, ctx: RoundContext, *, private_
     assert run.partition is not None, "the engine partitions before it dispatches"
     pool_parts = run.partition.pool if run.partition.pool is not None else run.partition.train
     job = ClientJob(client=client, share=share, pool=pool_parts[client.id], state=state,
-                    ctx=ctx.for_client(client.id, channel, remote=False), version=run.server.version)
+                    ctx=ctx.for_client(client.id, channel, remote=False), version=run.server.version,
+                    placement=engine.placement)
     return job, share, downloaded
 
 

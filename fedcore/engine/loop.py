@@ -69,8 +69,13 @@ class Engine:
         self.profiles = spec.client_profiles()
         self.on_round = spec.on_round
         self.checkpoint = spec.checkpoint  # a fedcore.engine.checkpoint.Checkpointer: saves rounds, resumes a run
-        self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=spec.train,
-                                  test=spec.test, server=ServerState(model=spec.model), out_dir=spec.out_dir)
+        self.placement = spec.placement()  # model and data go to the device once, here
+        model, train, test = spec.model, spec.train, spec.test
+        if not self.placement.is_default:
+            model = self.placement.place_model(model)
+            train, test = self.placement.place_data(train), self.placement.place_data(test)
+        self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=train,
+                                  test=test, server=ServerState(model=model), out_dir=spec.out_dir)
         self.history = History()
         self._scheduler: SchedulerPolicy | None = None
         # the run's runtime state between aggregations (what runtime_state() snapshots)
