@@ -9,6 +9,7 @@ server sent: it never travels through the worker.
 from __future__ import annotations
 
 import copy
+import functools
 import heapq
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import torch
 
 from fedcore.contexts import RoundContext
 from fedcore.engine.arrivals import InFlight
-from fedcore.engine.client_job import ClientJob
+from fedcore.engine.client_job import ClientJob, JobResult
 from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.rng import derive_seed, numpy_generator
@@ -107,23 +108,34 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
         if engine.clock is not None:
             engine.clock.admit(job.client, share)
         built.append((job, share, sent))
-    results = engine.executor.run([job for job, _, _ in built])
-    for (job, share, sent), result in zip(built, results):
-        plan = plans[result.client_id]
-        update = result.update
-        pending: tuple[Transfer, ...] = ()
-        if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
-            run.client_states[result.client_id] = result.state
-            pending = result.channel.unbooked()
-        if update is not None:  # the server attaches what it sent as the update's base
-            update = attrs.evolve(update, base={k: sent[k] for k in update.tensors if k in sent})
-        duration = engine.clock.duration(job.client, result, share=share, round=ctx.round) if engine.clock else 0.0
-        if plan.outcome == "dropout":
-            duration *= plan.fraction
-        item = InFlight(arrival=engine.now + duration, client_id=result.client_id, dispatched_at=engine.now,
-                        version=job.version, outcome=plan.outcome, update=update, error=result.error,
-                        upload=tuple(share.upload), rows=tuple(attrs.asdict(r) for r in pending))
+    jobs = [job for job, _, _ in built]
+    lazy = engine.clock is None and callable(getattr(engine.executor, "submit", None))
+    outcomes: list[Any] = engine.executor.submit(jobs) if lazy else engine.executor.run(jobs)
+    for (job, share, sent), outcome in zip(built, outcomes):
+        plan = plans[job.client.id]
+        item = InFlight(arrival=engine.now, client_id=job.client.id, dispatched_at=engine.now, version=job.version,
+                        outcome=plan.outcome, upload=tuple(share.upload))
+        if lazy:  # no clock: the arrival is now whatever the job does; collect its result when it is needed
+            engine.pending.add(job.client.id, outcome, functools.partial(complete, engine, item, plan, sent))
+        else:
+            complete(engine, item, plan, sent, outcome)
+            if engine.clock is not None:
+                duration = engine.clock.duration(job.client, outcome, share=share, round=ctx.round)
+                item.arrival = engine.now + (duration * plan.fraction if plan.outcome == "dropout" else duration)
         heapq.heappush(engine.in_flight, (item.arrival, item.client_id, item))
+
+
+def complete(engine: Engine, item: InFlight, plan: Any, sent: TensorDict, result: JobResult) -> None:
+    """Apply a finished job: commit the client's state, attach the update's base, keep its unbooked traffic."""
+    update = result.update
+    pending: tuple[Transfer, ...] = ()
+    if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
+        engine.run_ctx.client_states[result.client_id] = result.state
+        pending = result.channel.unbooked()
+    if update is not None:  # the server attaches what it sent as the update's base
+        update = attrs.evolve(update, base={k: sent[k] for k in update.tensors if k in sent})
+    item.update, item.error = update, result.error
+    item.rows = tuple(attrs.asdict(r) for r in pending)
 
 
 def fault_plan(engine: Engine, client: ClientInfo, round: int, seed: int) -> Any:
