@@ -109,19 +109,23 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
             engine.clock.admit(job.client, share)
         built.append((job, share, sent))
     jobs = [job for job, _, _ in built]
-    lazy = engine.clock is None and callable(getattr(engine.executor, "submit", None))
+    clock = engine.clock
+    ahead = [clock.duration_at_dispatch(job.client, share=share, round=ctx.round) if clock is not None else 0.0
+             for job, share, _ in built]  # known before the job runs: no clock (zero) or a clock that prices jobs so
+    lazy = callable(getattr(engine.executor, "submit", None)) and all(d is not None for d in ahead)
     outcomes: list[Any] = engine.executor.submit(jobs) if lazy else engine.executor.run(jobs)
-    for (job, share, sent), outcome in zip(built, outcomes):
+    for (job, share, sent), outcome, known in zip(built, outcomes, ahead):
         plan = plans[job.client.id]
         item = InFlight(arrival=engine.now, client_id=job.client.id, dispatched_at=engine.now, version=job.version,
                         outcome=plan.outcome, upload=tuple(share.upload))
-        if lazy:  # no clock: the arrival is now whatever the job does; collect its result when it is needed
+        if lazy:  # the arrival does not depend on the result: collect it when it is needed (fedcore.engine.pending)
             engine.pending.add(job.client.id, outcome, functools.partial(complete, engine, item, plan, sent))
         else:
             complete(engine, item, plan, sent, outcome)
-            if engine.clock is not None:
-                duration = engine.clock.duration(job.client, outcome, share=share, round=ctx.round)
-                item.arrival = engine.now + (duration * plan.fraction if plan.outcome == "dropout" else duration)
+        if known is None:
+            assert clock is not None
+            known = clock.duration(job.client, outcome, share=share, round=ctx.round)
+        item.arrival = engine.now + (known * plan.fraction if plan.outcome == "dropout" else known)
         heapq.heappush(engine.in_flight, (item.arrival, item.client_id, item))
 
 
