@@ -11,11 +11,15 @@ dispatch and only a dispatch wave runs in parallel.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fedcore.engine.client_job import JobResult
 from fedcore.types import ClientState
+
+if TYPE_CHECKING:
+    from _collections_abc import dict_items as _dict_items
+    from _collections_abc import dict_values as _dict_values
 
 
 class Handle(Protocol):
@@ -67,11 +71,11 @@ class LazyStates(dict[int, ClientState]):
         self.pending.collect(client_id)
         return super().get(client_id, default)
 
-    def items(self) -> ItemsView[int, ClientState]:
+    def items(self) -> _dict_items[int, ClientState]:
         self.pending.collect_all()
         return super().items()
 
-    def values(self) -> ValuesView[ClientState]:
+    def values(self) -> _dict_values[int, ClientState]:
         self.pending.collect_all()
         return super().values()
 

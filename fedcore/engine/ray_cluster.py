@@ -8,11 +8,11 @@ dashboard stays off; asked for through ``init_kwargs``, it binds to the node add
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 import contextlib
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 

@@ -1,4 +1,4 @@
-"""Run client jobs in parallel on Ray actors: a local Ray cluster on loopback by default, ``address=`` for an existing one.
+"""Run client jobs in parallel on Ray actors: a local Ray cluster on loopback by default, or ``address=``.
 
 Each actor rebuilds the pipeline from its components (``Pipeline`` pickles by its component list)
 and receives the training set once through Ray's object store. Jobs are *submitted* (:meth:`RayExecutor.submit`)

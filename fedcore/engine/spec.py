@@ -16,7 +16,8 @@ class RunSpec:
 
     ``device`` (``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"``; ``None`` leaves the model and data where they
     are) and ``precision`` (``"fp32" | "bf16" | "fp16"``) say where and how client work computes
-    (:mod:`fedcore.runtime.placement`). ``profiles`` is a list of profile names (one per client) or a seeded rule with ``assign(n, seed=)``
+    (:mod:`fedcore.runtime.placement`). ``profiles`` is a list of profile names (one per client) or a seeded
+    rule with ``assign(n, seed=)``
     (``fedcore.runtime.ProfileAssignment``); ``on_round`` receives every finished history row.
     """
 

@@ -94,8 +94,9 @@ TOP_LEVEL: dict[str, Key] = {
     "eval_every": Key(kind=(int,), default=1, low=1, help="evaluate every k rounds (and after the last)"),
     "threads": Key(kind=(int,), default=1, low=0, help="torch threads in this process (1 suits micro models; "
                                                       "0 = torch's default)"),
-    "device": Key(kind=(str,), default="cpu", help="where the run computes: \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or "
-                                                    "\"mps\" (not part of the fingerprint: a run resumes on another device)"),
+    "device": Key(kind=(str,), default="cpu", help="where the run computes: \"auto\", \"cpu\", \"cuda\", "
+                                                    "\"cuda:N\" or \"mps\" (not in the fingerprint: a run resumes on "
+                                                    "another device)"),
     "precision": Key(kind=(str,), default="fp32", help="client training arithmetic: \"fp32\", \"bf16\" (autocast, "
                                                        "any device) or \"fp16\" (CUDA/MPS, loss scaling)"),
     "dataset": Key(kind=SPEC, help="registered dataset: \"digits\" or { name = \"digits\", ... }"),
