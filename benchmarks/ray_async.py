@@ -1,6 +1,7 @@
 """Parallel async on Ray: asynchronous policies with every job in flight training at once, side by side.
 
     python benchmarks/ray_async.py [--clients 12 --rounds 16 --concurrency 4 --epochs 2 --workers 2]
+    python benchmarks/ray_async.py --write benchmarks/README.md   # also writes its table there, between markers
 
 One FedAsync job (``AsyncSchedule(concurrency=4)``: the server mixes in each update as it arrives and starts a
 replacement at once) and one FedBuff job (``BufferedSchedule(buffer_size=2, concurrency=4)``) on the embedded
@@ -18,6 +19,10 @@ parallel over one-job-per-arrival, measured in the same run. The check: both Ray
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+import platform
+import re
 import time
 
 import torch
@@ -73,23 +78,38 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--write", default=None, help="a markdown file whose ray_async markers get the table")
     args = parser.parse_args()
     torch.set_num_threads(1)
     data = load_digits(seed=0)
     schedules = {"FedAsync": lambda: AsyncSchedule(concurrency=args.concurrency),
                  "FedBuff": lambda: BufferedSchedule(buffer_size=2, concurrency=args.concurrency)}
-    print(f"{args.clients} clients, {args.rounds} rounds, concurrency {args.concurrency}, {args.epochs} local epochs, "
-          f"micro ViT (depth 2) on digits, {args.workers} Ray workers x 1 thread; rounds 3..{args.rounds} timed")
-    print(f"{'policy':10s}{'inline (s)':>12s}{'Ray, one job/arrival (s)':>26s}{'Ray, parallel (s)':>19s}"
-          f"{'parallel vs one-job':>21s}{'histories':>12s}")
+    import ray
+
+    machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "
+               f"{os.getloadavg()[0]:.1f} at the start, torch {torch.__version__}, Ray {ray.__version__}")
+    lines = [f"{args.clients} clients, {args.rounds} rounds, concurrency {args.concurrency}, {args.epochs} local epochs, "
+             f"micro ViT (depth 2) on digits, {args.workers} Ray workers x 1 thread; rounds 3..{args.rounds} timed; "
+             f"{machine}", "",
+             "| policy | inline (s) | Ray, one job per arrival (s) | Ray, parallel (s) | parallel vs one job per arrival "
+             "| histories vs inline |", "|---|---:|---:|---:|---:|---|"]
     for name, make in schedules.items():
         inline, t_inline = job(make(), None, args, data)
         serial, t_serial = job(make(), OneJobPerArrival(RayExecutor(num_workers=args.workers)), args, data)
         parallel, t_parallel = job(make(), RayExecutor(num_workers=args.workers), args, data)
         same = (inline.history.comparable() == serial.history.comparable() == parallel.history.comparable()
                 and all(torch.equal(v, parallel.model.state_dict()[k]) for k, v in inline.model.state_dict().items()))
-        print(f"{name:10s}{t_inline:12.2f}{t_serial:26.2f}{t_parallel:19.2f}{t_serial / t_parallel:20.2f}x"
-              f"{'identical' if same else 'DIFFERENT':>12s}")
+        lines.append(f"| {name} | {t_inline:.2f} | {t_serial:.2f} | {t_parallel:.2f} | **{t_serial / t_parallel:.2f}x** "
+                     f"| {'identical' if same else 'DIFFERENT'} |")
+    print("\n".join(lines))
+    if args.write:
+        path = Path(args.write)
+        text = path.read_text()
+        block = "<!-- ray_async:start -->\n" + "\n".join(lines) + "\n<!-- ray_async:end -->"
+        pattern = re.compile(r"<!-- ray_async:start -->.*?<!-- ray_async:end -->", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{path} has no <!-- ray_async:start --> ... <!-- ray_async:end --> markers")
+        path.write_text(pattern.sub(lambda _: block, text))
 
 
 if __name__ == "__main__":
