@@ -18,6 +18,7 @@ from torch import nn
 
 from fedcore.data.arrays import batches
 from fedcore.errors import ConfigError
+from fedcore.runtime.placement import active_placement
 from fedcore.types import ClientData
 
 OPTIMIZERS = ("sgd", "adam")
@@ -51,7 +52,8 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     ``generator`` shuffles the batches (draw it from ``ctx.rng("shuffle")``). ``mu=None`` adds no
     proximal term; ``mu=0.0`` adds it with weight zero. ``clip_norm > 0`` clips the gradient norm.
     ``lr_at(step)`` sets the learning rate before each step (warm-up, cosine). The returned mean is
-    of ``loss`` alone, without the proximal term.
+    of ``loss`` alone, without the proximal term. Under ``precision = "fp16"`` the loss is scaled
+    (``torch.amp.GradScaler``); bf16 and fp16 autocast come from the engine around client training.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
@@ -60,6 +62,7 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     opt = make_optimizer(optimizer, params, lr, momentum, weight_decay)
     anchor = [p.detach().clone() for p in params] if mu is not None else None
     half_mu = 0.5 * float(mu) if mu is not None else 0.0
+    scaler = active_placement().grad_scaler()  # fp16 only (the run's ``precision``)
     loss_sum, seen, step = 0.0, 0, 0
     for _ in range(epochs):
         for x, y in batches(data.dataset, data.indices, batch_size, generator=generator):
@@ -71,10 +74,18 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
             if anchor is not None:
                 total = value + half_mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
             opt.zero_grad(set_to_none=True)
-            total.backward()
-            if clip_norm > 0:
-                nn.utils.clip_grad_norm_(params, clip_norm)
-            opt.step()
+            if scaler is None:
+                total.backward()
+                if clip_norm > 0:
+                    nn.utils.clip_grad_norm_(params, clip_norm)
+                opt.step()
+            else:  # fp16: scaled loss, unscaled gradients before clipping, steps skipped on overflow
+                scaler.scale(total).backward()
+                if clip_norm > 0:
+                    scaler.unscale_(opt)
+                    nn.utils.clip_grad_norm_(params, clip_norm)
+                scaler.step(opt)
+                scaler.update()
             loss_sum += float(value.detach()) * len(y)
             seen += len(y)
             step += 1

@@ -20,8 +20,9 @@ class ArrayDataset(torch.utils.data.Dataset):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
         self.x = x
         self.y = y.long()
-        n_classes = int(self.y.max()) + 1 if len(y) else 0
-        self.classes = list(classes) if classes is not None else [str(i) for i in range(n_classes)]
+        if classes is None:  # read the labels only when needed (no device sync for data placed on a GPU)
+            classes = [str(i) for i in range(int(self.y.max()) + 1 if len(y) else 0)]
+        self.classes = list(classes)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -58,6 +59,8 @@ def batches(dataset: Any, indices: Sequence[int], batch_size: int, *, generator:
     if shuffle:
         idx = idx[torch.randperm(len(idx), generator=generator)]
     direct = isinstance(dataset, ArrayDataset)
+    if direct and dataset.x.device != idx.device:  # data placed on an accelerator: index it there
+        idx = idx.to(dataset.x.device)
     for start in range(0, len(idx), batch_size):
         chunk = idx[start:start + batch_size]
         if direct:

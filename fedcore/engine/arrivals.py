@@ -86,6 +86,7 @@ def cancel_stragglers(engine: Engine) -> None:
     for entry in engine.in_flight:
         item = entry[2]
         if item.client_id in stop:
+            engine.pending.collect(item.client_id)  # its state was committed at dispatch under the inline executor
             engine.busy_s[item.client_id] += max(0.0, engine.now - item.dispatched_at)
             engine.events["cancelled"].append(item.client_id)
         else:
@@ -97,6 +98,7 @@ def cancel_stragglers(engine: Engine) -> None:
 def arrive(engine: Engine, item: InFlight, ctx: RoundContext) -> None:
     run = engine.run_ctx
     cid = item.client_id
+    engine.pending.collect(cid)  # a job submitted to a parallel executor: wait for it now, and only for it
     engine.busy_s[cid] += item.arrival - item.dispatched_at
     run.ledger.merge([Transfer(**r) for r in item.rows])  # the rest of the job's traffic (even a lost upload)
     if item.outcome in ("dropout", "lost"):  # the server never receives anything

@@ -140,6 +140,9 @@ def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torc
     if state["partition"] != _partition_digest(engine):
         raise CheckpointError("the checkpoint's client partition differs from this run's (another dataset, "
                               "partitioner or seed?)")
+    device = engine.placement.torch_device  # saved on the CPU; mapped onto this run's device (a GPU run resumes
+    if device.type != "cpu":                 # on the CPU and back)
+        tensors = {k: v if k.startswith("rng/") else v.to(device) for k, v in tensors.items()}
     server = run.server
     server.version = int(state["server"]["version"])
     model_state = decode(state["server"]["model"], tensors)

@@ -20,6 +20,7 @@ import torch
 from fedcore.contexts import RoundContext
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.runtime.meter import count_samples
+from fedcore.runtime.placement import Placement, training_precision
 from fedcore.types import ClientData, ClientFailed, ClientInfo, ClientState, ClientUpdate, Share
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ class ClientJob:
     """One client's work: its share (download already applied), candidate pool, state and bound context.
 
     ``ctx.channel`` is the client's own channel for this job. ``dataset`` (the training set) and
-    ``hooks`` (the pipeline's slots) are what the running side holds; :func:`run_cohort` binds them
+    ``hooks`` (the pipeline's slots) are what the running side holds; ``placement`` is the run's device and
+    precision (client training runs under its autocast); :func:`run_cohort` binds them
     where the job runs, so they never travel with it. :meth:`select_data` and :meth:`local_update`
     call the pipeline's providers for this job (what the default cohort does).
     """
@@ -42,6 +44,7 @@ class ClientJob:
     state: ClientState
     ctx: RoundContext
     version: int
+    placement: Placement | None = None
     dataset: Any = None
     hooks: Any = attrs.field(default=None, repr=False)
 
@@ -122,7 +125,8 @@ def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[Jo
     start = time.perf_counter()
     works: list[dict[str, int]] = []
     try:
-        with torch.random.fork_rng(devices=[]), contextlib.ExitStack() as meters:
+        with torch.random.fork_rng(devices=[]), training_precision(jobs[0].placement), \
+                contextlib.ExitStack() as meters:
             works = [meters.enter_context(count_samples(job.share.module)) for job in jobs]
             ctx = RoundContext(round=jobs[0].ctx.round, seed=jobs[0].ctx.seed, run=jobs[0].ctx.run)
             outcomes = hooks.fedcore_train_cohort(jobs=jobs, ctx=ctx)

@@ -9,6 +9,7 @@ server sent: it never travels through the worker.
 from __future__ import annotations
 
 import copy
+import functools
 import heapq
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import torch
 
 from fedcore.contexts import RoundContext
 from fedcore.engine.arrivals import InFlight
-from fedcore.engine.client_job import ClientJob
+from fedcore.engine.client_job import ClientJob, JobResult
 from fedcore.engine.idle import IdleClients
 from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.network import Channel, Transfer, send_entries
@@ -67,7 +68,8 @@ def build_job(engine: Engine, client: ClientInfo, ctx: RoundContext, *, private_
     assert run.partition is not None, "the engine partitions before it dispatches"
     pool_parts = run.partition.pool if run.partition.pool is not None else run.partition.train
     job = ClientJob(client=client, share=share, pool=pool_parts[client.id], state=state,
-                    ctx=ctx.for_client(client.id, channel, remote=False), version=run.server.version)
+                    ctx=ctx.for_client(client.id, channel, remote=False), version=run.server.version,
+                    placement=engine.placement)
     return job, share, downloaded
 
 
@@ -107,23 +109,39 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
         if engine.clock is not None:
             engine.clock.admit(job.client, share)
         built.append((job, share, sent))
-    results = engine.executor.run([job for job, _, _ in built])
-    for (job, share, sent), result in zip(built, results):
-        plan = plans[result.client_id]
-        update = result.update
-        pending: tuple[Transfer, ...] = ()
-        if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
-            run.client_states[result.client_id] = result.state
-            pending = result.channel.unbooked()
-        if update is not None:  # the server attaches what it sent as the update's base
-            update = attrs.evolve(update, base={k: sent[k] for k in update.tensors if k in sent})
-        duration = engine.clock.duration(job.client, result, share=share, round=ctx.round) if engine.clock else 0.0
-        if plan.outcome == "dropout":
-            duration *= plan.fraction
-        item = InFlight(arrival=engine.now + duration, client_id=result.client_id, dispatched_at=engine.now,
-                        version=job.version, outcome=plan.outcome, update=update, error=result.error,
-                        upload=tuple(share.upload), rows=tuple(attrs.asdict(r) for r in pending))
+    jobs = [job for job, _, _ in built]
+    clock = engine.clock
+    ahead = [clock.duration_at_dispatch(job.client, share=share, round=ctx.round) if clock is not None else 0.0
+             for job, share, _ in built]  # known before the job runs: no clock (zero) or a clock that prices jobs so
+    submit = getattr(engine.executor, "submit", None)
+    lazy = callable(submit) and all(d is not None for d in ahead)
+    outcomes: list[Any] = submit(jobs) if lazy and submit is not None else engine.executor.run(jobs)
+    for (job, share, sent), outcome, known in zip(built, outcomes, ahead):
+        plan = plans[job.client.id]
+        item = InFlight(arrival=engine.now, client_id=job.client.id, dispatched_at=engine.now, version=job.version,
+                        outcome=plan.outcome, upload=tuple(share.upload))
+        if lazy:  # the arrival does not depend on the result: collect it when it is needed (fedcore.engine.pending)
+            engine.pending.add(job.client.id, outcome, functools.partial(complete, engine, item, plan, sent))
+        else:
+            complete(engine, item, plan, sent, outcome)
+        if known is None:
+            assert clock is not None
+            known = clock.duration(job.client, outcome, share=share, round=ctx.round)
+        item.arrival = engine.now + (known * plan.fraction if plan.outcome == "dropout" else known)
         heapq.heappush(engine.in_flight, (item.arrival, item.client_id, item))
+
+
+def complete(engine: Engine, item: InFlight, plan: Any, sent: TensorDict, result: JobResult) -> None:
+    """Apply a finished job: commit the client's state, attach the update's base, keep its unbooked traffic."""
+    update = result.update
+    pending: tuple[Transfer, ...] = ()
+    if plan.outcome != "dropout":  # a client that drops out commits no local state and sends nothing
+        engine.run_ctx.client_states[result.client_id] = result.state
+        pending = result.channel.unbooked()
+    if update is not None:  # the server attaches what it sent as the update's base
+        update = attrs.evolve(update, base={k: sent[k] for k in update.tensors if k in sent})
+    item.update, item.error = update, result.error
+    item.rows = tuple(attrs.asdict(r) for r in pending)
 
 
 def fault_plan(engine: Engine, client: ClientInfo, round: int, seed: int) -> Any:

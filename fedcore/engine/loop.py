@@ -22,6 +22,7 @@ from fedcore.engine import arrivals, dispatch, record, snapshot
 from fedcore.engine.arrivals import InFlight
 from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.history import History, RunResult
+from fedcore.engine.pending import LazyStates, PendingJobs
 from fedcore.engine.policies import adapt_clock, adapt_scheduler
 from fedcore.engine.record import EVENT_KEYS, load_entries
 from fedcore.engine.spec import RunSpec
@@ -69,8 +70,13 @@ class Engine:
         self.profiles = spec.client_profiles()
         self.on_round = spec.on_round
         self.checkpoint = spec.checkpoint  # a fedcore.engine.checkpoint.Checkpointer: saves rounds, resumes a run
-        self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=spec.train,
-                                  test=spec.test, server=ServerState(model=spec.model), out_dir=spec.out_dir)
+        self.placement = spec.placement()  # model and data go to the device once, here
+        model, train, test = spec.model, spec.train, spec.test
+        if not self.placement.is_default:
+            model = self.placement.place_model(model)
+            train, test = self.placement.place_data(train), self.placement.place_data(test)
+        self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=train,
+                                  test=test, server=ServerState(model=model), out_dir=spec.out_dir)
         self.history = History()
         self._scheduler: SchedulerPolicy | None = None
         # the run's runtime state between aggregations (what runtime_state() snapshots)
@@ -84,6 +90,7 @@ class Engine:
         self._count_round, self._dispatch_calls = -1, 0
         self._starts: dict[int, int] = {}  # starts per client on one version
         self.ledger_mark = 0
+        self.pending = PendingJobs()  # jobs submitted to a parallel executor, results not collected yet
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -107,6 +114,8 @@ class Engine:
     def run(self) -> RunResult:
         run = self.run_ctx
         self.setup()
+        if callable(getattr(self.executor, "submit", None)):  # reading a state collects its pending job
+            run.client_states = LazyStates(run.client_states, self.pending)
         self.executor.start(self.pipeline, run.train)
         self.hooks.fedcore_run_start(run=run)
         resumed = self.checkpoint.restore(self) if self.checkpoint is not None else None
@@ -131,6 +140,7 @@ class Engine:
                     self.on_round(row)
                 if self.checkpoint is not None:
                     self.checkpoint.after_round(self, wall_s=row["wall_s"])
+            self.pending.collect_all()  # jobs still in flight commit their states, as inline ones did at dispatch
             self.hooks.fedcore_run_end(run=run, history=self.history.rows)
         finally:
             self.executor.close()

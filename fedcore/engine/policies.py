@@ -33,7 +33,8 @@ class AdaptedClock(ClockBase):
 
     def __init__(self, clock: Any) -> None:
         self.clock = clock
-        for name in ("duration", "bind", "admit", "availability", "collect", "state_dict", "load_state_dict"):
+        for name in ("duration", "duration_at_dispatch", "bind", "admit", "availability", "collect", "state_dict",
+                     "load_state_dict"):
             own = getattr(clock, name, None)
             if callable(own):
                 setattr(self, name, own)

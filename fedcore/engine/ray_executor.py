@@ -1,48 +1,37 @@
-"""Run client jobs in parallel on Ray actors: a local Ray cluster by default, ``address=`` for an existing one.
+"""Run client jobs in parallel on Ray actors: a local Ray cluster on loopback by default, or ``address=``.
 
 Each actor rebuilds the pipeline from its components (``Pipeline`` pickles by its component list)
-and receives the training set once through Ray's object store. A dispatch wave is split round-robin
-into one cohort per actor (job ``i`` goes to actor ``i % num_workers``), and each actor runs the
-``fedcore_train_cohort`` slot once on its cohort: a cohort trainer sees the jobs of its worker, not
-the whole wave. A job travels with the client's share (download applied) and local state; the update's
-``base`` stays on the server. Shares with a server endpoint (split learning) are refused at the first
-dispatch with a ``ConfigError`` until a distributed endpoint exists. A job's context carries no server
-state (``run=None``: client-side code reaches the server only through its channel). The result brings back
-the update, the client's state and the channel's transfer rows, so the ledger and the client states are the
-same as inline.
+and receives the training set once through Ray's object store. Jobs are *submitted* (:meth:`RayExecutor.submit`)
+and collected when the engine needs them, so every job in flight runs at once: under ``async``, ``buffered`` and
+``semi-async`` policies the replacement started after each arrival trains while the others still do, and the
+virtual clock still decides the order the server hears back (see docs/runtime.md, "Parallel async on Ray").
+A dispatch wave is split into one cohort per actor, each job going to the actor with the fewest uncollected jobs
+(ties: the lowest index, so a fresh wave goes round-robin), and each actor runs the ``fedcore_train_cohort`` slot
+once on its cohort: a cohort trainer sees the jobs of its worker, not the whole wave. A job travels with the
+client's share (download applied) and local state; the update's ``base`` stays on the server. Shares with a
+server endpoint (split learning) are refused at the first dispatch with a ``ConfigError`` until a distributed
+endpoint exists. A job's context carries no server state (``run=None``: client-side code reaches the server only
+through its channel). The result brings back the update, the client's state and the channel's transfer rows, so
+the ledger and the client states are the same as inline. ``gpus_per_worker`` asks Ray for (fractional) GPUs per
+actor (Flower's ``num_gpus``); a run placed on CUDA (``device = "cuda"``) needs it.
 Per-job randomness comes from ``(seed, round, client)`` streams, so histories are identical to the
 inline executor's for the same seed (with the same intra-op thread count, see ``threads_per_worker``).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-import socket
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import attrs
 
 from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
+from fedcore.engine.ray_cluster import LOOPBACK, check_bind, check_reachable, join_cluster, start_local_cluster
 from fedcore.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Pipeline
 
-
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Fail fast, before any work, when a Ray address cannot be reached (``host:port`` or ``ray://host:port``)."""
-    if address in ("auto", "local"):
-        return
-    parsed = urlparse(address if "://" in address else f"ray://{address}")
-    host, port = parsed.hostname, parsed.port
-    if not host or not port:
-        raise ConfigError(f"RayExecutor.address={address!r} is not 'host:port', 'ray://host:port', 'auto' or 'local'")
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"RayExecutor.address={address!r}: cannot reach the Ray cluster at {host}:{port} "
-                          f"({exc}); start it with `ray start --head --port={port}` or fix the address") from None
+__all__ = ["RayExecutor", "check_reachable", "refuse_endpoints"]
 
 
 class _Worker:
@@ -75,37 +64,73 @@ def refuse_endpoints(jobs: Sequence[ClientJob]) -> None:
                           f"distributed endpoint exists")
 
 
-class RayExecutor:
-    """Client jobs on ``num_workers`` Ray actors: each wave is split round-robin into one cohort per worker
-    (``fedcore_train_cohort`` runs once per worker on its cohort), results in submission order.
+class _Cohort:
+    """One actor call's results, fetched once, handed out job by job."""
 
-    ``address=None`` starts a local Ray cluster with ``num_workers`` CPUs (and no dashboard);
-    ``"auto"`` joins the cluster this machine belongs to; ``"host:port"`` or ``"ray://host:port"``
-    connects to an existing one (reachability is checked before any work). ``threads_per_worker``
-    fixes torch's intra-op threads in each actor (1 by default; bit-identical results to the inline
-    executor need the same count in the driver). ``init_kwargs`` go to ``ray.init``.
+    def __init__(self, ref: Any, worker: int, outstanding: list[int]) -> None:
+        self.ref, self.worker, self.outstanding = ref, worker, outstanding
+        self.results: list[JobResult] | None = None
+
+    def take(self, position: int) -> JobResult:
+        if self.results is None:
+            import ray
+
+            self.results = list(ray.get(self.ref))
+            self.ref = None
+        self.outstanding[self.worker] -= 1
+        return self.results[position]
+
+
+@attrs.frozen(eq=False)
+class RayJob:
+    """A submitted job: :meth:`result` waits for it (and only for it)."""
+
+    cohort: _Cohort
+    position: int
+
+    def result(self) -> JobResult:
+        return self.cohort.take(self.position)
+
+
+class RayExecutor:
+    """Client jobs on ``num_workers`` Ray actors; :meth:`submit` returns at once, :meth:`run` waits.
+
+    ``address=None`` starts a local Ray cluster with ``num_workers`` CPUs, no dashboard, every socket bound to
+    ``bind`` (``"127.0.0.1"``: loopback only; ``"auto"``: Ray's choice of this machine's address, so that other
+    machines can join; or an IP address). ``"auto"`` joins the cluster this machine belongs to; ``"host:port"``
+    or ``"ray://host:port"`` connects to an existing one (reachability is checked before any work).
+    ``threads_per_worker`` fixes torch's intra-op threads in each actor (1 by default; bit-identical results to
+    the inline executor need the same count in the driver). ``gpus_per_worker`` (fractional allowed, e.g. 0.25
+    puts four workers on a GPU) is what each actor asks Ray for. ``init_kwargs`` go to ``ray.init``.
     """
 
     name = "ray"
 
     def __init__(self, num_workers: int = 2, *, address: str | None = None, threads_per_worker: int | None = 1,
-                 cpus_per_worker: float = 1.0, init_kwargs: dict[str, Any] | None = None,
-                 connect_timeout: float = 5.0, shutdown_on_close: bool = False) -> None:
+                 cpus_per_worker: float = 1.0, gpus_per_worker: float = 0.0, bind: str = LOOPBACK,
+                 init_kwargs: dict[str, Any] | None = None, connect_timeout: float = 5.0,
+                 shutdown_on_close: bool = False) -> None:
         if num_workers < 1:
             raise ConfigError(f"RayExecutor.num_workers={num_workers}; must be >= 1")
         if threads_per_worker is not None and threads_per_worker < 1:
             raise ConfigError(f"RayExecutor.threads_per_worker={threads_per_worker}; must be >= 1 or None")
         if cpus_per_worker <= 0:
             raise ConfigError(f"RayExecutor.cpus_per_worker={cpus_per_worker}; must be > 0")
+        if gpus_per_worker < 0:
+            raise ConfigError(f"RayExecutor.gpus_per_worker={gpus_per_worker}; must be >= 0 (fractions share a GPU)")
+        check_bind(bind)
         if address is not None:
             check_reachable(address, connect_timeout)
         self.num_workers = num_workers
         self.address = address
         self.threads_per_worker = threads_per_worker
         self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
+        self.bind = bind
         self.init_kwargs = dict(init_kwargs or {})
         self.shutdown_on_close = shutdown_on_close
         self._actors: list[Any] = []
+        self._outstanding: list[int] = []
         self._started_ray = False
 
     def start(self, pipeline: Pipeline, dataset: Any) -> None:
@@ -114,35 +139,48 @@ class RayExecutor:
         except ImportError:
             raise ConfigError("RayExecutor needs Ray: pip install 'fedcore[ray]'") from None
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
             if self.address is None:
-                kwargs.setdefault("num_cpus", max(1, int(self.num_workers * self.cpus_per_worker + 0.999)))
+                kwargs = dict(self.init_kwargs)
+                cpus = kwargs.pop("num_cpus", max(1, int(self.num_workers * self.cpus_per_worker + 0.999)))
+                start_local_cluster(num_cpus=cpus, bind=self.bind, **kwargs)
             else:
-                check_reachable(self.address, 5.0)
-                kwargs["address"] = self.address
-                kwargs.pop("num_cpus", None)
-                kwargs.pop("include_dashboard", None)
-            ray.init(**kwargs)
+                join_cluster(self.address, **self.init_kwargs)
             self._started_ray = True
-        actor = ray.remote(num_cpus=self.cpus_per_worker)(_Worker)
+        actor = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_Worker)
         data_ref = ray.put(dataset)
         self._actors = [actor.remote(pipeline, data_ref, self.threads_per_worker) for _ in range(self.num_workers)]
+        self._outstanding = [0] * self.num_workers
         ray.get([a.ping.remote() for a in self._actors])  # surface start-up errors before the first round
 
-    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        import ray
-
+    def submit(self, jobs: Sequence[ClientJob]) -> list[RayJob]:
+        """Send a wave to the actors and return at once; each job's :meth:`RayJob.result` waits for it."""
         if not self._actors:
-            raise RuntimeError("RayExecutor.run() before start()")
+            raise RuntimeError("RayExecutor.submit() before start()")
+        if not jobs:
+            return []
         refuse_endpoints(jobs)
-        n = len(self._actors)
-        cohorts: list[list[ClientJob]] = [[] for _ in range(n)]
-        for i, job in enumerate(jobs):  # job i goes to worker i % n, as one job per call used to
+        self._check_device(jobs[0])
+        cohorts: dict[int, list[ClientJob]] = {}
+        where: list[tuple[int, int]] = []
+        for job in jobs:
+            w = min(range(len(self._actors)), key=lambda i: (self._outstanding[i], i))
+            self._outstanding[w] += 1
             remote = job.ctx.for_client(job.client.id, job.ctx.channel, remote=True)
-            cohorts[i % n].append(attrs.evolve(job, ctx=remote))
-        refs = [(w, self._actors[w].run.remote(cohort)) for w, cohort in enumerate(cohorts) if cohort]
-        per_worker = {w: iter(ray.get(ref)) for w, ref in refs}
-        return [next(per_worker[i % n]) for i in range(len(jobs))]
+            cohort = cohorts.setdefault(w, [])
+            where.append((w, len(cohort)))
+            cohort.append(attrs.evolve(job, ctx=remote))
+        calls = {w: _Cohort(self._actors[w].run.remote(c), w, self._outstanding) for w, c in cohorts.items()}
+        return [RayJob(calls[w], i) for w, i in where]
+
+    def run(self, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        """Run a wave and wait for all of it; results in the order of the jobs."""
+        return [handle.result() for handle in self.submit(jobs)]
+
+    def _check_device(self, job: ClientJob) -> None:
+        placement = job.placement
+        if placement is not None and placement.torch_device.type == "cuda" and self.gpus_per_worker <= 0:
+            raise ConfigError(f"device={placement.device!r} with the Ray executor needs GPUs on its workers: set "
+                              f"executor.gpus_per_worker (e.g. 0.25 runs four workers per GPU)")
 
     def close(self) -> None:
         import ray

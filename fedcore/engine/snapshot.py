@@ -19,6 +19,7 @@ def runtime_state(engine: Engine) -> dict[str, Any]:
     awaiting their virtual arrival (update tensors included); scheduler and clock states come
     from their ``state_dict()``. Values are plain Python, tensors and attrs records.
     """
+    engine.pending.collect_all()  # a checkpoint holds finished jobs only
     state: dict[str, Any] = {
         "now": engine.now, "since": engine.since, "ledger_mark": engine.ledger_mark,
         "busy_s": dict(engine.busy_s),

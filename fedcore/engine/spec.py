@@ -7,13 +7,17 @@ from typing import Any
 import attrs
 
 from fedcore.errors import ConfigError
+from fedcore.runtime.placement import Placement
 
 
 @attrs.frozen(kw_only=True, eq=False)
 class RunSpec:
     """The model, data and run settings of one run, plus the runtime pieces (executor, clock, faults, checkpoints).
 
-    ``profiles`` is a list of profile names (one per client) or a seeded rule with ``assign(n, seed=)``
+    ``device`` (``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"``; ``None`` leaves the model and data where they
+    are) and ``precision`` (``"fp32" | "bf16" | "fp16"``) say where and how client work computes
+    (:mod:`fedcore.runtime.placement`). ``profiles`` is a list of profile names (one per client) or a seeded
+    rule with ``assign(n, seed=)``
     (``fedcore.runtime.ProfileAssignment``); ``on_round`` receives every finished history row.
     """
 
@@ -31,6 +35,8 @@ class RunSpec:
     on_round: Callable[[dict[str, Any]], None] | None = None
     faults: Any = None
     checkpoint: Any = None
+    device: Any = None
+    precision: str = "fp32"
 
     def __attrs_post_init__(self) -> None:
         if self.num_clients < 1:
@@ -41,6 +47,14 @@ class RunSpec:
             raise ConfigError(f"eval_every={self.eval_every}; must be >= 1")
         if len(self.train) < self.num_clients:
             raise ConfigError(f"num_clients={self.num_clients} is more than the {len(self.train)} training samples")
+
+    def placement(self) -> Placement:
+        """The checked device and precision (``device=None``: the device the model's parameters are on)."""
+        device = self.device
+        if device is None:
+            first = next(iter(self.model.parameters()), None) if hasattr(self.model, "parameters") else None
+            device = first.device if first is not None else "cpu"
+        return Placement.resolve(device=device, precision=self.precision)
 
     def client_profiles(self) -> list[str | None] | None:
         """One profile name per client (a seeded rule is applied here), or ``None``."""

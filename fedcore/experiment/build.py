@@ -26,10 +26,12 @@ from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.pipeline import Pipeline
 from fedcore.recipes import get_recipe
 from fedcore.registry import Entry
+from fedcore.runtime.placement import Placement
 from fedcore.settings import settings_of
 
-RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "dataset", "model", "pipeline")
-"""Top-level keys that change what a run computes (with every extension table); the fingerprint covers them."""
+RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "precision", "dataset", "model", "pipeline")
+"""Top-level keys that change what a run computes (with every extension table); the fingerprint covers them.
+``device`` is left out on purpose: a run checkpointed on a GPU resumes on the CPU and back."""
 
 
 def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -172,6 +174,8 @@ def fingerprint(resolved: Mapping[str, Any]) -> str:
     """A hash of what determines the results (not the name, executor, checkpoint or output options)."""
     keys = list(RESULT_KEYS) + sorted(tables())
     core = {k: resolved.get(k) for k in keys if k in resolved}
+    if core.get("precision") == "fp32":  # the default: fingerprints of runs from before the key existed still match
+        del core["precision"]
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -202,6 +206,7 @@ def plan(given: Mapping[str, Any]) -> Plan:
     m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
+    Placement.resolve(device=cfg["device"], precision=cfg["precision"])  # a device this machine lacks: one line
     ex_name, ex_settings = split_spec(cfg["executor"])
     ex_class = load_executor_class(ex_name)
     ex_settings = check_settings(ex_class, ex_settings, f"executor {ex_name}")
@@ -276,7 +281,8 @@ def materialize(p: Plan) -> Materials:
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"executor {p.resolved['executor']['name']}: {str(exc).splitlines()[0]}") from None
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
-                                      eval_every=cfg["eval_every"])
+                                      eval_every=cfg["eval_every"], device=cfg["device"],
+                                      precision=cfg["precision"])
     context = {"seed": cfg["seed"], "num_clients": cfg["num_clients"], "train": train, "test": test}
     for name, ext in tables().items():
         if name in cfg and ext.build is not None:

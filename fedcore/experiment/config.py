@@ -6,6 +6,8 @@
     num_clients = 10
     eval_every = 1
     threads = 1                        # torch threads (0 = torch's default)
+    device = "cpu"                     # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
+    precision = "fp32"                 # "fp32" | "bf16" | "fp16"
     dataset = { name = "digits" }      # a registered dataset and its settings (or just "digits")
     model = { name = "micro-cnn" }     # a registered model; num_classes defaults to the dataset's
 
@@ -92,6 +94,11 @@ TOP_LEVEL: dict[str, Key] = {
     "eval_every": Key(kind=(int,), default=1, low=1, help="evaluate every k rounds (and after the last)"),
     "threads": Key(kind=(int,), default=1, low=0, help="torch threads in this process (1 suits micro models; "
                                                       "0 = torch's default)"),
+    "device": Key(kind=(str,), default="cpu", help="where the run computes: \"auto\", \"cpu\", \"cuda\", "
+                                                    "\"cuda:N\" or \"mps\" (not in the fingerprint: a run resumes on "
+                                                    "another device)"),
+    "precision": Key(kind=(str,), default="fp32", help="client training arithmetic: \"fp32\", \"bf16\" (autocast, "
+                                                       "any device) or \"fp16\" (CUDA/MPS, loss scaling)"),
     "dataset": Key(kind=SPEC, help="registered dataset: \"digits\" or { name = \"digits\", ... }"),
     "model": Key(kind=SPEC, help="registered model: \"micro-cnn\" or { name = \"micro-cnn\", ... }"),
     "recipe": Key(kind=(str,), default=None, help="a method's registered recipe; [pipeline] slots replace or "

@@ -40,7 +40,8 @@ OPTIMIZER_SLOTS = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adan": 4
 class Clock(Protocol):
     """Turns a finished job into virtual seconds on its client's device; what the engine calls.
 
-    ``duration`` is required. The rest is optional and a no-op in :class:`ClockBase`: ``bind`` once after
+    ``duration`` is required. The rest is optional and a no-op in :class:`ClockBase`: ``duration_at_dispatch``
+    to price a job before it runs (``None``: price the finished job), ``bind`` once after
     set-up, ``admit`` before a job runs (raise to refuse a share that does not fit), ``availability`` for
     seeded faults, ``collect`` for per-round history columns, ``state_dict``/``load_state_dict`` for
     checkpoints. An object that does not subclass :class:`ClockBase` still works: the engine adapts it
@@ -49,6 +50,11 @@ class Clock(Protocol):
 
     def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
         """Virtual seconds of the finished job ``result`` (``round`` is the version it started from)."""
+
+    def duration_at_dispatch(self, client: ClientInfo, *, share: Share, round: int) -> float | None:
+        """Virtual seconds of a job priced before it runs, or ``None`` (then :meth:`duration` prices the finished
+        job). A number is used for the job under every executor, and lets a parallel executor (Ray) run every job
+        in flight at once, since the arrival order is known before any result (docs/runtime.md)."""
 
     def bind(self, run: RunContext, pipeline: Pipeline) -> None:
         """Called once after partitioning, before the first round."""
@@ -74,6 +80,9 @@ class ClockBase:
 
     def duration(self, client: ClientInfo, result: JobResult, *, share: Share, round: int) -> float:
         raise NotImplementedError(f"{type(self).__name__} must implement duration()")
+
+    def duration_at_dispatch(self, client: ClientInfo, *, share: Share, round: int) -> float | None:
+        return None
 
     def bind(self, run: RunContext, pipeline: Pipeline) -> None:
         pass

@@ -47,7 +47,7 @@ class SPSA:
                 z = torch.randn(p.shape, generator=g, dtype=torch.float32)
             else:
                 z = torch.randint(0, 2, p.shape, generator=g).to(torch.float32) * 2 - 1
-            out[name] = z.to(p.dtype)
+            out[name] = z.to(device=p.device, dtype=p.dtype)  # drawn on the CPU: the same z on every device
         return out
 
     def points(self, params: Params, seed: int) -> list[dict[str, torch.Tensor]]:

@@ -93,7 +93,7 @@ class PromptEval:
                 lg = self.client_logits(model, client, states[client.id], feats[idx], text, ctx).detach()
             y = labels[idx]
             mine = client_classes(run, client.id)
-            mask = torch.full((lg.shape[1],), float("-inf"))
+            mask = torch.full((lg.shape[1],), float("-inf"), device=lg.device)
             mask[mine] = 0.0
             per_client[client.id] = {
                 "acc": float((lg.argmax(-1) == y).float().mean()),

@@ -52,7 +52,7 @@ def grow_factors(b: torch.Tensor, a: torch.Tensor, rank: int, *, std: float, gen
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad to ``rank``: zero columns in B, Gaussian rows in A, so ``B A`` is unchanged."""
     extra = rank - a.shape[0]
-    rows = torch.randn(extra, a.shape[1], generator=generator, dtype=a.dtype) * std
+    rows = torch.randn(extra, a.shape[1], generator=generator, dtype=a.dtype).to(a.device) * std
     return torch.cat([b, b.new_zeros(b.shape[0], extra)], 1), torch.cat([a, rows], 0)
 
 

@@ -86,7 +86,7 @@ def _u_step(module: Segment, server: Any, h: torch.Tensor, y: torch.Tensor, fina
         if bottom_grad == "backprop":
             h.backward(grad_h)
     if bottom_grad == "zo":
-        u = torch.randn(h.shape, generator=zo_gen)
+        u = torch.randn(h.shape, generator=zo_gen).to(h.device)  # a CPU stream, the same on every device
         with torch.no_grad():
             hd = h.detach()
             plus = server.forward(hd + zo_eps * u, grad=False, cache=False)

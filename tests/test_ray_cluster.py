@@ -1,0 +1,188 @@
+"""Where fedcore's Ray cluster listens, and a real two-node cluster joined through ``address=``.
+
+Both start Ray in a child process: the test process may already hold a Ray session (other test modules),
+and a driver joins one cluster per process. Nodes started here are stopped by their own process ids (their
+session directory and GCS address), never with ``ray stop``, which stops every Ray on the machine.
+
+    pytest tests/test_ray_cluster.py            # both (the two-node test is marked slow: ~1-2 min)
+"""
+import ipaddress
+import json
+import os
+from pathlib import Path
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+import torch
+
+from fedcore.errors import ConfigError
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+JOB = """
+import json, sys
+import torch
+torch.set_num_threads(1)
+from fedcore.builtin import AsyncSchedule, BufferedSchedule, SemiAsyncSchedule, UniformSync
+from fedcore.runtime import Faults, ProfileAssignment, SimClock
+from fedcore.testing import ContractFixture, run_tiny_pipeline
+
+SCHEDULES = {"sync": lambda: UniformSync(fraction=0.6), "async": lambda: AsyncSchedule(concurrency=3),
+             "buffered": lambda: BufferedSchedule(buffer_size=2, concurrency=3),
+             "semi-async": lambda: SemiAsyncSchedule(mu=0.5, t_clk=0.005)}
+
+def job(name, executor=None):
+    return run_tiny_pipeline([SCHEDULES[name]()], rounds=3, fixture=ContractFixture(num_clients=6), executor=executor,
+                             clock=SimClock(), profiles=ProfileAssignment(weights={"watch": 1, "phone": 1}),
+                             faults=Faults(dropout_during=0.15))
+
+def summary(result):
+    return {"history": result.history.comparable(), "ledger": result.ledger.to_rows(),
+            "model": {k: v.flatten().tolist() for k, v in result.model.state_dict().items()}}
+"""
+
+
+def run_child(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def test_bind_must_be_an_address_or_auto():
+    with pytest.raises(ConfigError, match=r"RayExecutor.bind='everywhere' is not an IP address or 'auto'"):
+        RayExecutor(bind="everywhere")
+
+
+def test_the_local_cluster_fedcore_starts_listens_on_loopback_only():
+    code = JOB + """
+import psutil
+from fedcore.engine.ray_executor import RayExecutor
+seen = []
+def listening(row):
+    if seen:
+        return
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            conns = proc.net_connections(kind="inet")
+            name = proc.name()
+        except psutil.Error:
+            continue
+        seen.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
+                    for c in conns if c.status == psutil.CONN_LISTEN)
+run_tiny_pipeline([SCHEDULES["async"]()], rounds=2, fixture=ContractFixture(num_clients=4),
+                  executor=RayExecutor(num_workers=2, shutdown_on_close=True), on_round=listening)
+print("SOCKETS" + json.dumps(seen))
+"""
+    out = run_child(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sockets = json.loads(out.stdout.split("SOCKETS", 1)[1])
+    processes = {s["process"] for s in sockets}
+    assert {"gcs_server", "raylet"} <= processes, sockets  # Ray's servers were seen while the run was going
+    exposed = [s for s in sockets if not loopback(s["address"])]
+    assert exposed == [], f"Ray sockets outside 127.0.0.0/8: {exposed}"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def stop_nodes(marks: list[str]) -> None:
+    """Terminate the processes of the nodes this test started (and their children), by id."""
+    me = psutil.Process()
+    skip = {me.pid, *(p.pid for p in me.parents())}
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid in skip:
+            continue
+        line = " ".join(proc.info["cmdline"] or [])
+        if any(m in line for m in marks):
+            try:
+                found += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                found.append(proc)
+    for proc in found:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(found, timeout=15)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+@pytest.mark.slow
+def test_a_two_node_cluster_on_loopback_gives_the_inline_history():
+    """``ray start --head`` plus ``ray start --address=...``, one CPU and one temp dir each, joined by address=.
+
+    The nodes take loopback addresses of their own (127.0.0.2 and 127.0.0.3: Ray swaps 127.0.0.1 for the
+    machine's external address when a cluster may have several nodes) and a token (Ray's token
+    authentication), so no other process can use them while they run."""
+    head_ip, worker_ip = "127.0.0.2", "127.0.0.3"
+    try:
+        port = free_port(head_ip)
+    except OSError:
+        pytest.skip("this machine does not route 127.0.0.2 to the loopback interface")
+    roots = [tempfile.mkdtemp(prefix="fc-ray-head-"), tempfile.mkdtemp(prefix="fc-ray-node-")]
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats", "--num-cpus=1"]
+    address = f"{head_ip}:{port}"
+    try:
+        head = subprocess.run([*ray_cli, "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                               f"--temp-dir={roots[0]}", "--include-dashboard=false"],
+                              capture_output=True, text=True, timeout=180, env={**os.environ, **env})
+        assert head.returncode == 0, head.stderr[-3000:]
+        node = subprocess.run([*ray_cli, f"--address={address}", f"--node-ip-address={worker_ip}",
+                               f"--temp-dir={roots[1]}"],
+                              capture_output=True, text=True, timeout=180, env={**os.environ, **env})
+        assert node.returncode == 0, node.stderr[-3000:]
+        code = JOB + f"""
+import ray
+from fedcore.engine.ray_executor import RayExecutor
+out = {{}}
+for name in SCHEDULES:
+    executor = RayExecutor(num_workers=2, address={address!r})
+    result = job(name, executor)
+    if not out:
+        out["nodes"] = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+    out[name] = summary(result)
+print("RESULT" + json.dumps(out))
+"""
+        child = run_child(code, env=env, timeout=420)
+        assert child.returncode == 0, child.stderr[-3000:]
+        got = json.loads(child.stdout.split("RESULT", 1)[1])
+    finally:
+        stop_nodes([*roots, address])
+    # both nodes joined, each on its own loopback address; with one CPU each, the two actors (one CPU each)
+    # run one per node
+    assert got["nodes"] == [head_ip, worker_ip]
+    namespace: dict = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        exec(JOB, namespace)
+        for name in namespace["SCHEDULES"]:
+            inline = json.loads(json.dumps(namespace["summary"](namespace["job"](name))))
+            assert got[name] == inline, name
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,134 @@
+"""Parallel async on Ray: every job in flight runs at once, and the history is still the inline executor's.
+
+The Ray executor's ``submit`` returns at once; the engine collects a job's result only when it needs it
+(its arrival, a cancellation, a checkpoint, a read of the client's state). That is possible whenever the
+arrival order is known before the jobs finish: without a clock, or with a clock that prices a job at dispatch
+(``Clock.duration_at_dispatch``). With SimClock (priced from the finished job) tests/test_ray_executor.py
+covers the same four schedulers.
+"""
+import pytest
+import torch
+
+from fedcore.builtin import AsyncSchedule, BufferedSchedule, SemiAsyncSchedule, UniformSync
+from fedcore.rng import numpy_generator
+from fedcore.runtime import ClockBase, Faults
+from fedcore.testing import ContractFixture, run_tiny_pipeline
+
+ray = pytest.importorskip("ray")
+from fedcore.engine.ray_cluster import start_local_cluster  # noqa: E402
+from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
+
+
+class DeviceTimes(ClockBase):
+    """Seeded virtual seconds per (round, client), known before the job runs."""
+
+    def duration_at_dispatch(self, client, *, share, round):
+        return float(numpy_generator(7, "device-time", round, client.id).uniform(0.001, 0.02))
+
+
+class CountingRay(RayExecutor):
+    """Records, at every submit, how many jobs it was given and how many of its jobs were still uncollected."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.submits = []
+
+    def submit(self, jobs):
+        handles = super().submit(jobs)
+        self.submits.append((len(jobs), sum(self._outstanding)))
+        return handles
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        start_local_cluster(num_cpus=2)
+    yield
+    if started:
+        ray.shutdown()
+
+
+SCHEDULES = {
+    "sync-deadline": lambda: UniformSync(deadline=0.012),
+    "async": lambda: AsyncSchedule(concurrency=4),
+    "buffered": lambda: BufferedSchedule(buffer_size=2, concurrency=4),
+    "semi-async": lambda: SemiAsyncSchedule(mu=0.5, t_clk=0.01),
+}
+
+
+def job(schedule, clock, executor=None):
+    return run_tiny_pipeline([schedule], rounds=5, fixture=ContractFixture(num_clients=8), executor=executor,
+                             clock=clock, faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
+
+
+@pytest.mark.parametrize("clocked, names", [(True, tuple(SCHEDULES)), (False, ("async", "buffered"))],
+                         ids=["clock-at-dispatch", "no-clock"])
+def test_parallel_ray_gives_the_inline_history_under_every_scheduler(local_ray, clocked, names):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
+    events = set()
+    try:
+        for name in names:
+            make = SCHEDULES[name]
+            inline = job(make(), DeviceTimes() if clocked else None)
+            executor = CountingRay(num_workers=2)
+            distributed = job(make(), DeviceTimes() if clocked else None, executor)
+            assert executor.submits, name  # the parallel path ran (submit, not run)
+            assert distributed.history.comparable() == inline.history.comparable(), name
+            assert distributed.ledger.to_rows() == inline.ledger.to_rows(), name
+            for k, v in inline.model.state_dict().items():
+                assert torch.equal(v, distributed.model.state_dict()[k]), (name, k)
+            assert ({c: s.rounds_participated for c, s in distributed.run.client_states.items()}
+                    == {c: s.rounds_participated for c, s in inline.run.client_states.items()}), name
+            events |= {k for r in inline.history for k in ("dropout", "lost", "unavailable") if k in r}
+    finally:
+        torch.set_num_threads(threads)
+    if clocked:
+        assert events == {"dropout", "lost", "unavailable"}  # every kind of fault happened on the way
+
+
+@pytest.mark.parametrize("schedule", [AsyncSchedule(concurrency=4), BufferedSchedule(buffer_size=2, concurrency=4)],
+                         ids=["async", "buffered"])
+def test_every_job_in_flight_is_running_when_a_replacement_is_submitted(local_ray, schedule):
+    executor = CountingRay(num_workers=2)
+    run_tiny_pipeline([schedule], rounds=6, fixture=ContractFixture(num_clients=10), executor=executor,
+                      clock=DeviceTimes())
+    first, *replacements = executor.submits
+    assert first == (4, 4)  # the opening wave
+    assert len(replacements) >= 5
+    # one replacement per arrival, submitted while the three other jobs in flight are still uncollected: the
+    # engine waited only for the job that arrived (one job per arrival would show (1, 1) here)
+    assert all(entry == (1, 4) for entry in replacements), replacements
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(local_ray, tmp_path):
+    from fedcore.engine.checkpoint import Checkpointer
+
+    def crash_after_round_3(row):
+        if row["round"] == 3:  # rounds 0-2 are checkpointed, with jobs in flight; round 3's row is lost
+            raise Stop
+
+    def buffered_job(**kwargs):
+        return run_tiny_pipeline([BufferedSchedule(buffer_size=2, concurrency=4)], rounds=5,
+                                 fixture=ContractFixture(num_clients=8), clock=DeviceTimes(),
+                                 faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1), **kwargs)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        full = buffered_job()
+        with pytest.raises(Stop):
+            buffered_job(executor=RayExecutor(num_workers=2), checkpoint=Checkpointer(tmp_path, every=1),
+                         on_round=crash_after_round_3)
+        resumed = buffered_job(executor=RayExecutor(num_workers=2),
+                               checkpoint=Checkpointer(tmp_path, every=1, resume=True))
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed.history.comparable() == full.history.comparable()
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
