@@ -183,3 +183,33 @@ def test_stale_submodel_updates_merge_under_semi_async(recipe):
     assert any(r.get("max_staleness") for r in rows), "the profiles should make some update stale"
     assert not any(r.get("share_changed") for r in rows), "stale submodel updates must merge, not be dropped"
     assert all(r["clients"] for r in rows)
+
+
+class Crash(Exception):
+    """Stands for the process being killed after a round."""
+
+
+def test_semi_async_fedrolex_resumed_with_updates_in_flight_equals_the_uninterrupted_run(tmp_path):
+    from fedcore.engine.checkpoint import Checkpointer, list_checkpoints, read_checkpoint
+
+    train, test = tiny_data(n=64, n_test=24)
+    profiles = ["watch", "phone", "laptop", "laptop"]
+
+    def run(checkpoint=None, on_round=None):
+        pipe = fedcore.recipe("fedrolex", schedule={"name": "semi-async", "mu": 0.5, "t_clk": 0.0})
+        return pipe.run(model=vit(), train=train, test=test, num_clients=4, rounds=4, seed=0, clock=SimClock(),
+                        profiles=profiles, checkpoint=checkpoint, on_round=on_round)
+
+    full = run()
+
+    def crash(record):
+        if record["round"] == 1:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run(Checkpointer(tmp_path, every=1), crash)
+    assert read_checkpoint(list_checkpoints(tmp_path)[-1])[0]["runtime"]["in_flight"], "no update was in flight"
+    resumed = run(Checkpointer(tmp_path, every=1, resume=True))
+    assert resumed.history.comparable() == full.history.comparable()
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
