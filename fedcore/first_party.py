@@ -30,6 +30,9 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
         "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),
     "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",)}),
+    "fedcore-pruning": ("fedcore_pruning", {"component": ("submodel-share", "submodel-train", "masked-delta")}),
+    "fedcore-fedrolex": ("fedcore_fedrolex", {"recipe": ("fedrolex",)}),
+    "fedcore-heterofl": ("fedcore_heterofl", {"recipe": ("heterofl",)}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 

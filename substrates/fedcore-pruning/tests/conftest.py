@@ -25,3 +25,12 @@ def full(shape: ViTShape) -> PrunableViT:
 @pytest.fixture
 def images(shape: ViTShape) -> torch.Tensor:
     return torch.randn(3, shape.in_chans, shape.img_size, shape.img_size, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Micro models run faster on one thread; two contend on the shared two-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

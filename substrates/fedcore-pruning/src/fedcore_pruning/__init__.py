@@ -2,6 +2,8 @@
 units, output rows, exits), their physical extraction and exact scattering, a masked forward equal to
 the sliced one, cost counters, FedRolex/HeteroFL index rules and the masked weighted-delta merge."""
 from fedcore_pruning.aggregate import masked_delta, masked_weighted_delta
+from fedcore_pruning.aggregator import MaskedDelta, global_shape
+from fedcore_pruning.checks import vit_check_plan
 from fedcore_pruning.counting import (
     OPTIMIZER_STATES,
     FlopCount,
@@ -15,6 +17,7 @@ from fedcore_pruning.counting import (
 from fedcore_pruning.errors import SubmodelMismatchError
 from fedcore_pruning.masked import binary_masks, masked_forward
 from fedcore_pruning.rules import (
+    check_width_keeps_a_head,
     fedrolex_spec,
     heterofl_spec,
     kept_count,
@@ -24,7 +27,9 @@ from fedcore_pruning.rules import (
     width_spec,
 )
 from fedcore_pruning.shape import ViTShape
+from fedcore_pruning.share import INDEX_RULES, SubmodelShare
 from fedcore_pruning.slicing import (
+    element_mask,
     extract,
     head_rows,
     index_map,
@@ -32,10 +37,14 @@ from fedcore_pruning.slicing import (
     trainable_names,
 )
 from fedcore_pruning.spec import BlockKeep, SubmodelSpec
+from fedcore_pruning.train import SubmodelTrain, submodel_loss
+from fedcore_pruning.updates import COORDINATES_META, SUBMODEL_META, submodel_of, to_global_coordinates, update_delta
 from fedcore_pruning.vit import BlockMasks, PrunableViT
 
 __all__ = [
-    "OPTIMIZER_STATES", "SubmodelMismatchError",
+    "COORDINATES_META", "INDEX_RULES", "OPTIMIZER_STATES", "SUBMODEL_META", "SubmodelMismatchError",
+    "MaskedDelta", "SubmodelShare", "SubmodelTrain", "check_width_keeps_a_head", "element_mask", "global_shape",
+    "submodel_loss", "submodel_of", "to_global_coordinates", "update_delta", "vit_check_plan",
     "BlockKeep", "BlockMasks", "FlopCount", "MemoryEstimate", "ParameterCount", "PrunableViT",
     "SubmodelSpec", "ViTShape", "activation_bytes", "binary_masks", "count_flops", "count_parameters", "extract",
     "fedrolex_spec", "head_rows", "heterofl_spec", "index_map", "kept_count", "masked_delta", "masked_forward",

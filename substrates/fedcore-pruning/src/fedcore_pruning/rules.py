@@ -58,10 +58,24 @@ def rolling_window_start(depth: int, length: int, round: int, step: int = 1) -> 
 
 
 def width_spec(shape: ViTShape, width: float, rule: IndexRule, round: int = 0) -> SubmodelSpec:
-    """Full depth, ``ceil(width * K)`` heads and hidden units per block chosen by ``rule``, all outputs kept."""
+    """Full depth, ``ceil(width * K)`` heads and hidden units per block chosen by ``rule``, all outputs kept.
+
+    A width whose share of the heads is below one whole head (``width * num_heads < 1``) is refused: rounding
+    it up to one head would exceed the client's budget by up to ``num_heads`` times.
+    """
+    check_width_keeps_a_head(shape, width)
     heads = rule(shape.num_heads, kept_count(shape.num_heads, width), round)
     hidden = rule(shape.mlp_hidden, kept_count(shape.mlp_hidden, width), round)
     return SubmodelSpec.build(shape, heads=[heads] * shape.depth, hidden=[hidden] * shape.depth)
+
+
+def check_width_keeps_a_head(shape: ViTShape, width: float) -> None:
+    """Refuse a width in (0, 1] that leaves no whole attention head (``width * num_heads < 1``)."""
+    _check_ratio("width", width)
+    if width * shape.num_heads < 1 - 1e-9:
+        raise ConfigError(f"width={width} leaves no head: {width} x {shape.num_heads} heads = "
+                          f"{width * shape.num_heads:g} < 1; the smallest width of this model is "
+                          f"1/{shape.num_heads} = {1 / shape.num_heads:g}")
 
 
 def fedrolex_spec(shape: ViTShape, width: float, round: int) -> SubmodelSpec:

@@ -44,6 +44,18 @@ class ViTShape:
         """Patches plus the class token."""
         return (self.img_size // self.patch_size) ** 2 + 1
 
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (JSON-safe), the form a share's ``meta`` carries."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def of(cls, model: Any) -> ViTShape:
+        """The shape of a global model: a ``PrunableViT`` (its ``shape``) or a plain timm ``VisionTransformer``."""
+        shape = getattr(model, "shape", None)
+        if isinstance(shape, ViTShape):
+            return shape
+        return cls.from_timm(model)
+
     @classmethod
     def from_timm(cls, model: Any) -> ViTShape:
         """The shape of a timm ``VisionTransformer``; other variants get an error naming the feature."""

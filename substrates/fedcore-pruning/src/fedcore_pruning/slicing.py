@@ -6,7 +6,7 @@ exactly timm's layout. Exit heads are the client's own and never part of the glo
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -159,3 +159,23 @@ def scatter(sub_state: Mapping[str, torch.Tensor], spec: SubmodelSpec, *,
         mask[key] = True
         written[name] = mask
     return state, written
+
+
+def element_mask(spec: SubmodelSpec, global_state: Mapping[str, torch.Tensor],
+                 names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+    """``name -> bool tensor`` of the global shape, True on the elements the submodel of ``spec`` holds
+    (every name of its index map, or only ``names``); the same mask ``scatter`` returns as ``written``."""
+    imap = index_map(spec)
+    chosen = list(imap) if names is None else list(names)
+    unknown = [n for n in chosen if n not in imap]
+    if unknown:
+        raise SubmodelMismatchError(f"tensors outside the spec's index map: {unknown[:5]}")
+    out = {}
+    for name in chosen:
+        if name not in global_state:
+            raise SubmodelMismatchError(f"tensor {name} of the spec's index map has no counterpart in the global state")
+        like = global_state[name]
+        mask = torch.zeros(like.shape, dtype=torch.bool, device=like.device)
+        mask[_selector(imap[name], like.dim(), like.device)] = True
+        out[name] = mask
+    return out

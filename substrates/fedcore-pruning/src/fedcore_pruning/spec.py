@@ -8,7 +8,8 @@ sorted, so slicing and scattering always use the same order.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -17,6 +18,7 @@ from fedcore.settings import setting
 from fedcore_pruning.shape import ViTShape
 
 IndexSet = tuple[int, ...]
+BLOCK_PARTS = ("heads", "hidden", "attn_out", "mlp_out")
 
 
 def _tuple(value: Sequence) -> tuple:
@@ -112,6 +114,31 @@ class SubmodelSpec:
 
     def is_trainable_block(self, b: int) -> bool:
         return self.window_start <= b < self.kept_depth
+
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (JSON-safe): what a share's ``meta`` carries as the update's index map."""
+        return {"shape": self.shape.to_data(), "window_start": self.window_start,
+                "window_length": self.window_length,
+                "blocks": [{name: list(getattr(keep, name)) for name in BLOCK_PARTS} for keep in self.blocks],
+                "classes": list(self.classes), "exits": list(self.exits), "head": self.head}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> SubmodelSpec:
+        """The spec ``to_data`` wrote, validated again; malformed data is a ``ConfigError`` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a submodel index map must be a mapping, got {type(data).__name__}")
+        missing = sorted({"shape", "window_start", "window_length", "blocks", "classes", "exits", "head"} - set(data))
+        if missing:
+            raise ConfigError(f"the submodel index map lacks {missing}")
+        try:
+            shape = ViTShape(**data["shape"])
+            blocks = tuple(BlockKeep(**{name: tuple(int(i) for i in b[name]) for name in BLOCK_PARTS})
+                           for b in data["blocks"])
+        except (TypeError, KeyError) as exc:
+            raise ConfigError(f"the submodel index map is malformed: {exc}") from None
+        return cls(shape=shape, window_start=int(data["window_start"]), window_length=int(data["window_length"]),
+                   blocks=blocks, classes=tuple(int(c) for c in data["classes"]),
+                   exits=tuple(int(e) for e in data["exits"]), head=bool(data["head"]))
 
     @classmethod
     def full(cls, shape: ViTShape) -> SubmodelSpec:
