@@ -95,7 +95,8 @@ def test_an_update_whose_index_map_does_not_match_the_global_model_is_refused_an
                              base={**good.base, "blocks.0.mlp.fc1.weight": torch.zeros(3, 8)})
     with pytest.raises(SubmodelMismatchError, match="fc1.weight"):
         Cos2pAggregate().fedcore_aggregate(model=m, updates=[good, bad_shape], ctx=ctx(m))
-    no_meta = attrs.evolve(good, meta={})
-    with pytest.raises(SubmodelMismatchError, match="no Co-S2P submodel description"):
+    narrow = SubmodelSpec.build(SHAPE, window_start=0, window_length=1, heads=[[1]], exits=[1], head=False)
+    no_meta = attrs.evolve(client_update(m, narrow, 0, 0.1), meta={})  # sliced tensors without their description
+    with pytest.raises(SubmodelMismatchError, match="no Co-S2P submodel description.*does not fit"):
         Cos2pAggregate().fedcore_aggregate(model=m, updates=[no_meta], ctx=ctx(m))
     assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())

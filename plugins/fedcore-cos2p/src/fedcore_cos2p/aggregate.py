@@ -7,7 +7,7 @@
 ``meta``), m_u the elements it trained, w_{q−τ} the model it was sent (its ``base``); norms and sizes run
 over the client's trained elements of the segment (spec 004 §1.6). Segments: a head's qkv rows, one
 output row of proj / fc1 / fc2, every other tensor whole. ``weighting="uniform"`` is the FedRolex /
-HeteroFL count average. The final ``norm`` + ``head`` are an eval-only head: the sample-weighted mean of
+HeteroFL count average. An update without a submodel description is a whole-model update. The final ``norm`` + ``head`` are an eval-only head: the sample-weighted mean of
 every client's latest deepest exit (§1.7). Every update is validated before anything is merged.
 """
 from __future__ import annotations
@@ -70,9 +70,16 @@ class GlobalUpdate:
 def to_global(update: ClientUpdate, global_state: Mapping[str, torch.Tensor], vit: ViTShape) -> GlobalUpdate:
     """The update's Δ, trained-element mask and base in global coordinates; a mismatch is one error."""
     info = update.meta.get("cos2p")
-    if not isinstance(info, Mapping) or "spec" not in info:
-        raise SubmodelMismatchError(f"the update of client {update.client_id} carries no Co-S2P submodel "
-                                    "description (meta['cos2p']); pair cos2p-aggregate with cos2p-share")
+    if not isinstance(info, Mapping) or "spec" not in info:  # a whole-model update: every entry it sends
+        names = [k for k in update.tensors if k in update.base]
+        for k in names:
+            if k not in global_state or update.tensors[k].shape != global_state[k].shape:
+                raise SubmodelMismatchError(
+                    f"the update of client {update.client_id} carries no Co-S2P submodel description (meta['cos2p']) "
+                    f"and its entry {k} does not fit the global model; pair cos2p-aggregate with cos2p-share")
+        return GlobalUpdate(delta={k: update.base[k] - update.tensors[k] for k in names},
+                            mask={k: torch.ones_like(update.tensors[k], dtype=torch.bool) for k in names},
+                            base={k: update.base[k] for k in names}, staleness=int(update.staleness))
     sent = spec_from_json(info["spec"], vit)
     check_same_model(sent, global_state)
     trained = spec_from_json(update.meta.get("cos2p_trained", info["spec"]), vit)
@@ -121,6 +128,12 @@ class Cos2pAggregate:
             return out
         return weights
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_cos2p.checks import check_plan
+
+        return check_plan("aggregate")
+
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
                           ) -> AggregateResult:
@@ -138,6 +151,8 @@ class Cos2pAggregate:
         """norm + head = sample-weighted mean of every client's latest deepest exit (spec §1.7)."""
         heads = dict(ctx.server.stash.get(EVAL_HEADS, {}))
         for u in updates:
+            if "cos2p" not in u.meta:
+                continue
             prefix = f"exits.{u.meta['cos2p']['teacher']}."
             if all(prefix + leaf in u.tensors for leaf in HEAD_LEAVES):
                 heads[str(u.client_id)] = {"n": int(u.num_examples),

@@ -48,6 +48,12 @@ class QuotaDirichletPartition:
     alpha: float = setting(1.5, low=0.0, low_open=True, help="Dirichlet concentration (paper: 1.5)")
     fraction: float = setting(1.0, low=0.0, high=1.0, low_open=True, help="share of the data set handed out")
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(presets=[cls(quotas=(1, 2, 3))])
+
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         if len(self.quotas) != num_clients:

@@ -29,7 +29,7 @@ from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientState, ClientUpdate, DropUpdate, Share
 from fedcore_cos2p.budgets import ClientBudget, check_budget
 from fedcore_cos2p.coords import shape_of, spec_from_json, spec_to_json, zeros_like_global
-from fedcore_cos2p.masks import PARTS, binarize, initial_logits, kept_indices, random_masks
+from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, random_masks
 from fedcore_pruning import (
     SubmodelSpec,
     ViTShape,
@@ -131,11 +131,18 @@ class Cos2pShare:
             masks |= {p: m[:blocks] for p, m in fixed.items()}
             return "mask", {p: [list(kept_indices(masks[p][b])) for b in range(blocks)] for p in PARTS}
         logits = {p: state.tensors.get(LOGITS + p, initial_logits(shape, self.mask_init)[p]) for p in PARTS}
+        check_logits(logits, shape)
         probs = {p: torch.sigmoid(logits[p][:blocks].float()) for p in PARTS}
         masks = binarize(probs, shape, plan.width, scores=weight_scores(global_state, shape, blocks),
                          fixed={p: m[:blocks] for p, m in fixed.items()}, inputs=self.budget_counts_inputs,
                          residual=self.residual_masks)
         return "weight", {p: [list(kept_indices(masks[p][b])) for b in range(blocks)] for p in PARTS}
+
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_cos2p.checks import check_plan
+
+        return check_plan("split")
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,

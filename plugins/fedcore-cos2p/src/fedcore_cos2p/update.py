@@ -23,7 +23,7 @@ from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_cos2p.coords import spec_from_json, spec_to_json, zeros_like_global
 from fedcore_cos2p.distill import DIRECTIONS, self_distillation_loss
-from fedcore_cos2p.masks import PARTS, binarize, initial_logits, kept_indices, kept_ratio, ste_sample
+from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, kept_ratio, ste_sample
 from fedcore_cos2p.share import LOGITS, weight_scores
 from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, extract, scatter
 
@@ -76,9 +76,11 @@ class Cos2pUpdate:
         learned = [p for p in PARTS if p not in fixed and (residual or p in ("heads", "hidden"))]
         init = initial_logits(shape, float(info["mask_init"]))
         logits = {p: state.tensors.get(LOGITS + p, init[p]).clone().float() for p in PARTS}
+        check_logits(logits, shape)
         held = {p: logits[p][:blocks].clone().requires_grad_(True) for p in learned}
         index = {p: [torch.tensor(getattr(k, p), dtype=torch.long) for k in spec.blocks] for p in learned}
-        for param in module.parameters():
+        flags = [(param, param.requires_grad) for param in module.parameters()]
+        for param, _ in flags:  # weights frozen while the masks learn (Alg. 2 line 8)
             param.requires_grad_(False)
         opt = _adan(list(held.values()), self.mask_lr)
         gen = ctx.rng("cos2p-mask")
@@ -97,6 +99,8 @@ class Cos2pUpdate:
                 loss.backward()
                 opt.step()
                 last = loss.item()
+        for param, flag in flags:
+            param.requires_grad_(flag)
         for p in learned:
             logits[p][:blocks] = held[p].detach()
         state.tensors.update({LOGITS + p: logits[p] for p in PARTS})
@@ -123,6 +127,12 @@ class Cos2pUpdate:
             if name.startswith("exits."):
                 depth, leaf = name[len("exits."):].split(".", 1)
                 state.tensors[f"{EXITS}{int(depth) - start}.{leaf}"] = value.detach().clone()
+
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore_cos2p.checks import check_plan
+
+        return check_plan("local_update")
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
