@@ -15,7 +15,7 @@ from fedcore_cos2p.share import Cos2pShare
 from fedcore_cos2p.update import Cos2pUpdate
 
 __all__ = [
-    "RECIPES", "ClientBudget", "Cos2pAggregate", "Cos2pShare", "Cos2pUpdate", "binarize", "gamma", "kd_term",
-    "kept_ratio", "QuotaDirichletPartition", "random_masks", "ru_eq17", "run_ru", "segment_ids", "self_distillation_loss", "split_budget", "staleness_histogram", "ste_sample",
-    "window_blocks",
+    "RECIPES", "ClientBudget", "Cos2pAggregate", "Cos2pShare", "Cos2pUpdate", "QuotaDirichletPartition", "binarize",
+    "gamma", "kd_term", "kept_ratio", "random_masks", "ru_eq17", "run_ru", "segment_ids", "self_distillation_loss",
+    "split_budget", "staleness_histogram", "ste_sample", "window_blocks",
 ]

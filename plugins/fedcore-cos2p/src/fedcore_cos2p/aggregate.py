@@ -7,8 +7,9 @@
 ``meta``), m_u the elements it trained, w_{q−τ} the model it was sent (its ``base``); norms and sizes run
 over the client's trained elements of the segment (spec 004 §1.6). Segments: a head's qkv rows, one
 output row of proj / fc1 / fc2, every other tensor whole. ``weighting="uniform"`` is the FedRolex /
-HeteroFL count average. An update without a submodel description is a whole-model update. The final ``norm`` + ``head`` are an eval-only head: the sample-weighted mean of
-every client's latest deepest exit (§1.7). Every update is validated before anything is merged.
+HeteroFL count average; an update without a submodel description is a whole-model update. The
+final ``norm`` + ``head`` are an eval-only head: the sample-weighted mean of every client's latest
+deepest exit (§1.7). Every update is validated before anything is merged.
 """
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ class Cos2pAggregate:
 
     def eval_head(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> TensorDict:
         """norm + head = sample-weighted mean of every client's latest deepest exit (spec §1.7)."""
-        heads = dict(ctx.server.stash.get(EVAL_HEADS, {}))
+        stored = ctx.server.stash.get(EVAL_HEADS)
+        heads = dict(stored) if stored is not None else {}
         for u in updates:
             if "cos2p" not in u.meta:
                 continue
@@ -170,7 +172,7 @@ class Cos2pAggregate:
         for u in updates:
             key = f"staleness_{u.staleness}"
             out[key] = out.get(key, 0.0) + 1.0
-        coverage = min((int(sum(u.mask[name].to(torch.int64) for u in updates if name in u.mask).min())
+        coverage = min((int(torch.stack([u.mask[name] for u in updates if name in u.mask]).sum(0).min())
                         if any(name in u.mask for u in updates) else 0)
                        for name in global_state if name.startswith("blocks."))
         out["coverage_min"] = float(coverage)

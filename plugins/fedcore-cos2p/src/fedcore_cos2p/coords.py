@@ -105,4 +105,5 @@ def shape_of(model: torch.nn.Module) -> ViTShape:
     try:
         return ViTShape.from_timm(model)
     except ConfigError as exc:
-        raise ConfigError(f"Co-S2P needs a ViT global model (a timm VisionTransformer or a PrunableViT): {exc}") from None
+        raise ConfigError(f"Co-S2P needs a ViT global model (a timm VisionTransformer or a PrunableViT): {exc}"
+                          ) from None

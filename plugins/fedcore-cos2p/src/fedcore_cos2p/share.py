@@ -158,7 +158,9 @@ class Cos2pShare:
         fixed = self.fixed_masks(shape, plan.width, seed, client.id)
         phase, kept = self.kept_sets(shape, plan, blocks, q, state, global_state, fixed)
         offsets = plan.offsets if self.depth == "window" else (shape.depth,)
-        spec = SubmodelSpec.build(shape, window_start=start, window_length=length, **kept,
+        spec = SubmodelSpec.build(shape, window_start=start, window_length=length,
+                                  heads=kept["heads"], hidden=kept["hidden"], attn_out=kept["attn_out"],
+                                  mlp_out=kept["mlp_out"],
                                   exits=[start + o for o in offsets if start + o <= shape.depth], head=False)
         module = extract(global_state, spec)
         names = tuple(module.state_dict())

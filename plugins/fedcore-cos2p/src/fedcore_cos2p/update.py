@@ -9,7 +9,7 @@ Exits never leave the client except the deepest one's values, from which the ser
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -30,7 +30,7 @@ from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, extract, scat
 EXITS = "cos2p.exit."  # client-state prefix of the personal exits, keyed by their offset inside the window
 
 
-def _adan(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+def _adan(params: Sequence[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     from timm.optim import Adan  # timm is a dependency of this plugin; imported on use, not at import time
 
     return Adan(params, lr=lr)
