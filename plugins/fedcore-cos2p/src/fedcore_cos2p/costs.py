@@ -30,12 +30,15 @@ VIT_TINY_STAR = ViTShape(img_size=224, patch_size=16, in_chans=3, num_classes=20
 E1_DEVICES = {"jetson-nx8": (0.0625, 8), "jetson-agx32": (0.5625, 64), "jetson-agx64": (0.5625, 128)}
 
 
-def cos2p_spec(shape: ViTShape, budget: float, start: int) -> SubmodelSpec:
-    """Co-S2P's submodel: window of k_n blocks at ``start`` and width masks at the budget (ties by index)."""
+def cos2p_spec(shape: ViTShape, budget: float, start: int, seed: int = 0) -> SubmodelSpec:
+    """Co-S2P's submodel: window of k_n blocks at ``start``, width masks projected onto the budget from equal
+    probabilities with seeded random tie-breaks (so the pruning spreads over the held blocks as learned masks do)."""
     plan = ClientBudget.plan(shape, budget)
     blocks = start + plan.window
+    gen = torch.Generator().manual_seed(seed)
     probs = {p: t[:blocks] * 0 + 0.9 for p, t in initial_logits(shape, 0.0).items()}
-    masks = binarize(probs, shape, plan.width)
+    scores = {p: torch.rand(t.shape, generator=gen) for p, t in probs.items()}
+    masks = binarize(probs, shape, plan.width, scores=scores)
     kept = {p: [list(kept_indices(masks[p][b])) for b in range(blocks)] for p in PARTS}
     return SubmodelSpec.build(shape, window_start=start, window_length=plan.window,
                               heads=kept["heads"], hidden=kept["hidden"], attn_out=kept["attn_out"],
