@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.contexts import RoundContext
+from fedcore import RoundContext
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate, TensorDict

@@ -14,7 +14,7 @@ import attrs
 import numpy as np
 
 import fedcore
-from fedcore.contexts import RunContext
+from fedcore import RunContext
 from fedcore.data import labels_of
 from fedcore.errors import ConfigError
 from fedcore.settings import setting

@@ -21,11 +21,9 @@ import torch
 import fedcore
 from fedcore.builtin import SemiAsyncSchedule, UniformSync
 from fedcore.data import synthetic_classification
-from fedcore.engine.loop import Engine
 from fedcore.errors import ConfigError
 from fedcore.models import micro_vit
-from fedcore.runtime import SimClock
-from fedcore.runtime.profiles import jetson_presets
+from fedcore.runtime import SimClock, jetson_presets
 from fedcore_cos2p.aggregate import Cos2pAggregate
 from fedcore_cos2p.metrics import run_ru, staleness_histogram
 from fedcore_cos2p.partition import QuotaDirichletPartition
@@ -91,11 +89,10 @@ def run_one(name: str, parts: dict[str, Any], *, seed: int, rounds: int, ratio: 
     train, test = data()
     pipeline = fedcore.Pipeline([QuotaDirichletPartition(quotas=QUOTAS, alpha=1.5), parts["schedule"],
                                  parts["share"], parts["update"], parts["aggregate"]])
-    engine = Engine(pipeline, model=model(seed), train=train, test=test, num_clients=8,
-                    rounds=rounds * parts.get("rounds_factor", 1), seed=seed,
-                    clock=SimClock(jetson_presets(ratio)), profiles=PROFILES)
     start = time.process_time()
-    history = list(engine.run().history)
+    history = list(pipeline.run(model=model(seed), train=train, test=test, num_clients=8,
+                                rounds=rounds * parts.get("rounds_factor", 1), seed=seed,
+                                clock=SimClock(jetson_presets(ratio)), profiles=PROFILES).history)
     return {"method": name, "seed": seed, "cpu_s": time.process_time() - start,
             "curve": [(r.get("virtual_time", 0.0), r.get("test_accuracy")) for r in history],
             "ru": run_ru(history), "busy": history[-1].get("utilisation"),
@@ -169,8 +166,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run_for_partition() -> Any:
-    from fedcore.contexts import RunContext
-    from fedcore.types import ServerState
+    from fedcore import RunContext, ServerState
 
     return RunContext(seed=0, num_clients=8, rounds=1, train=None, server=ServerState(model=torch.nn.Module()))
 

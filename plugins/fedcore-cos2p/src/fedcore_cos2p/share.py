@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.contexts import RoundContext
+from fedcore import RoundContext
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientState, ClientUpdate, DropUpdate, Share

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import fedcore
-from fedcore.contexts import RoundContext
+from fedcore import RoundContext
 from fedcore.data import batches
 from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
