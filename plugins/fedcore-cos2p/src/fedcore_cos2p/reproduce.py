@@ -1,12 +1,15 @@
 """Co-S2P's micro reproduction (spec 004 §6, R1-R8): one command, tables and plots into the plugin README.
 
     python -m fedcore_cos2p.reproduce --out runs/cos2p            # the whole thing (see README for the time)
-    python -m fedcore_cos2p.reproduce --out runs/cos2p --report   # rewrite README tables from results.json
+    python -m fedcore_cos2p.reproduce --out runs/cos2p --part main     # the same in two processes:
+    python -m fedcore_cos2p.reproduce --out runs/cos2p --part extra    # (then --report)
+    python -m fedcore_cos2p.reproduce --out runs/cos2p --report   # rewrite README tables from the results files
 
 Micro-E1: 8 clients (1 NX8, 3 AGX32, 4 AGX64, Jetson profiles with a speed ratio r calibrated so that
 synchronous FedAvg(Full) has the paper's E1 RU of 63.5%), Tab. 7 budgets and data quotas, Dirichlet 1.5,
 a depth-8 micro ViT (D = 32, 4 heads, 8x8 inputs) on seeded 10-class synthetic patterns, random init.
-Every run's result is appended to results.json as soon as it ends, so an interrupted run keeps its rows.
+Every run's result is appended to results-<part>.json as soon as it ends, so an interrupted run keeps its rows
+and a second call continues where it stopped.
 """
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ def methods(t_clk: float) -> dict[str, dict[str, Any]]:
                          aggregate=Cos2pAggregate(weighting="uniform"), schedule=sync),
         "FedAvg(Full)": dict(share=Cos2pShare(budget=1.0, width="rolling", depth="full"), update=base_update,
                              aggregate=Cos2pAggregate(weighting="samples"), schedule=sync),
-        "Co-S2P(Async.)": {**co, "schedule": SemiAsyncSchedule(arrivals=1, t_clk=0.0), "rounds_factor": 4},
+        "Co-S2P(Async.)": {**co, "schedule": SemiAsyncSchedule(arrivals=1, t_clk=0.0), "rounds_factor": 3},
         "random masks (linear)": {**co, "share": Cos2pShare(budgets=E1_BUDGETS, mask_rounds=2, random_masks="linear")},
         "random masks (MSA)": {**co, "share": Cos2pShare(budgets=E1_BUDGETS, mask_rounds=2, random_masks="msa")},
         "random masks (both)": {**co, "share": Cos2pShare(budgets=E1_BUDGETS, mask_rounds=2, random_masks="both")},
@@ -106,63 +109,93 @@ def median_round_time(ratio: float, seed: int = 0) -> float:
     return float(result["curve"][0][0])
 
 
+PARTS = ("main", "extra")
+"""``main``: seed 0 of every method, then the other paired seeds; ``extra``: ablations, ratio, μ × T_clk grid
+and the E1-scale memory/FLOP model. The two parts can run as two processes; the report merges their files."""
+
+
+def plan_for(part: str, seeds: int) -> list[tuple[str, int]]:
+    if part == "main":
+        first = [(m, 0) for m in ("Co-S2P", "FedRolex", "HeteroFL", "FedAvg(Full)", "Co-S2P(Async.)")]
+        return first + [(m, s) for s in range(1, seeds) for m in ("Co-S2P", "FedRolex")]
+    return [(m, 0) for m in ("random masks (linear)", "random masks (MSA)", "random masks (both)",
+                             "no self-distillation", "ratio 2", "ratio 0.5")]
+
+
+def load_results(out: Path) -> dict[str, Any]:
+    """Every part's results merged (runs, grid, costs, calibration)."""
+    merged: dict[str, Any] = {"runs": [], "grid": []}
+    for path in sorted(out.glob("results-*.json")):
+        part = json.loads(path.read_text())
+        merged["runs"] += part.get("runs", [])
+        merged["grid"] += part.get("grid", [])
+        for key in ("costs", "calibration"):
+            if key in part:
+                merged[key] = part[key]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/cos2p"))
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=3, help="seeds for the paired Co-S2P vs FedRolex comparison")
-    parser.add_argument("--report", action="store_true", help="only rewrite the README from results.json")
-    parser.add_argument("--skip-costs", action="store_true")
+    parser.add_argument("--part", choices=PARTS + ("all",), default="all")
+    parser.add_argument("--report", action="store_true", help="only rewrite the README from the results files")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "results.json"
-    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    for part in (PARTS if args.part == "all" else (args.part,)):
+        if not args.report:
+            run_part(part, args)
+    from fedcore_cos2p.report import write_report
+
+    write_report(load_results(args.out), Path(__file__).resolve().parents[2])
+
+
+def run_part(part: str, args: argparse.Namespace) -> None:
+    path = args.out / f"results-{part}.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": [], "grid": []}
 
     def save() -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(path)
 
-    if not args.report:
-        sizes = [len(p) for p in QuotaDirichletPartition(quotas=QUOTAS).fedcore_partition(
-            dataset=data()[0], num_clients=8, run=_run_for_partition()).train]
-        ratio = calibrate_ratio(sizes)
-        results["calibration"] = {"ratio": ratio, "train_sizes": sizes, "target_ru": PAPER_RU_FEDAVG_E1}
-        if not args.skip_costs and "costs" not in results:
-            from fedcore_cos2p.costs import cost_table
-
-            results["costs"] = cost_table()
-            save()
-        median = median_round_time(ratio)
-        results["calibration"]["median_round_s"] = median
-        table = methods(0.25 * median)
-        plan = [(m, s) for s in range(args.seeds) for m in ("Co-S2P", "FedRolex")]
-        plan += [(m, 0) for m in ("HeteroFL", "FedAvg(Full)", "Co-S2P(Async.)", "random masks (linear)",
-                                  "random masks (MSA)", "random masks (both)", "no self-distillation", "ratio 2",
-                                  "ratio 0.5")]
-        done = {(r["method"], r["seed"]) for r in results["runs"]}
-        for name, seed in plan:
-            if (name, seed) in done:
+    sizes = [len(p) for p in QuotaDirichletPartition(quotas=QUOTAS).fedcore_partition(
+        dataset=data()[0], num_clients=8, run=_run_for_partition()).train]
+    ratio = calibrate_ratio(sizes)
+    if "calibration" not in results:
+        results["calibration"] = {"ratio": ratio, "train_sizes": sizes, "target_ru": PAPER_RU_FEDAVG_E1,
+                                  "median_round_s": median_round_time(ratio)}
+        save()
+    median = results["calibration"]["median_round_s"]
+    table = methods(0.25 * median)
+    done = {(r["method"], r["seed"]) for r in results["runs"]}
+    for name, seed in plan_for(part, args.seeds):
+        if (name, seed) in done:
+            continue
+        try:
+            results["runs"].append(run_one(name, table[name], seed=seed, rounds=args.rounds, ratio=ratio))
+        except ConfigError as exc:
+            results["runs"].append({"method": name, "seed": seed, "refused": str(exc)})
+        save()
+    if part != "extra":
+        return
+    for mu in (0.25, 0.5, 1.0):
+        for factor in (0.0, 0.5):
+            if any(g["mu"] == mu and g["t_clk_factor"] == factor for g in results["grid"]):
                 continue
-            try:
-                results["runs"].append(run_one(name, table[name], seed=seed, rounds=args.rounds, ratio=ratio))
-            except ConfigError as exc:
-                results["runs"].append({"method": name, "seed": seed, "refused": str(exc)})
+            parts = {**table["Co-S2P"], "schedule": SemiAsyncSchedule(mu=mu, t_clk=factor * median)}
+            row = run_one(f"mu={mu} T_clk={factor}", parts, seed=0, rounds=max(4, args.rounds // 2), ratio=ratio)
+            results["grid"].append({"mu": mu, "t_clk_factor": factor, "accuracy": row["final_accuracy"],
+                                    "ru": row["ru"], "virtual_time": row["curve"][-1][0]})
             save()
-        grid = results.setdefault("grid", [])
-        for mu in (0.25, 0.5, 1.0):
-            for factor in (0.0, 0.5):
-                if any(g["mu"] == mu and g["t_clk_factor"] == factor for g in grid):
-                    continue
-                parts = {**table["Co-S2P"], "schedule": SemiAsyncSchedule(mu=mu, t_clk=factor * median)}
-                row = run_one(f"mu={mu} T_clk={factor}", parts, seed=0, rounds=max(4, args.rounds // 2), ratio=ratio)
-                grid.append({"mu": mu, "t_clk_factor": factor, "accuracy": row["final_accuracy"], "ru": row["ru"],
-                             "virtual_time": row["curve"][-1][0]})
-                save()
-    from fedcore_cos2p.report import write_report
+    if "costs" not in results:
+        from fedcore_cos2p.costs import cost_table
 
-    write_report(results, Path(__file__).resolve().parents[2])
+        results["costs"] = cost_table()
+        save()
 
 
 def _run_for_partition() -> Any:
