@@ -67,7 +67,8 @@ def weight_scores(state: Mapping[str, torch.Tensor], shape: ViTShape, blocks: in
 class Cos2pShare:
     """Rolling depth window plus structured width per client, sized by the client's resource budget R_n."""
 
-    budgets: dict[str, float] = attrs.field(factory=dict, converter=_budgets)
+    budgets: dict[str, float] = attrs.field(factory=dict, converter=_budgets, metadata={
+        "help": "device profile -> resource budget R_n in (0, 1] (the paper's Tab. 7)", "kind": dict})
     budget: float = setting(0.25, low=0.0, high=1.0, low_open=True,
                             help="R_n of a client whose device profile is not in budgets")
     ratio: float = setting(1.0, low=0.0, low_open=True, help="R^width / R^depth (Tab. 8; 1 in the paper)")
