@@ -12,6 +12,6 @@ def fedcore_register_components(registry):
     registry.add("cos2p-share", Cos2pShare)
     registry.add("cos2p-update", Cos2pUpdate)
     registry.add("cos2p-aggregate", Cos2pAggregate)
-    registry.add("quota-dirichlet", QuotaDirichletPartition)
+    registry.add("cos2p-quotas", QuotaDirichletPartition)
     for name, recipe in RECIPES.items():
         registry.add_recipe(name, recipe)
