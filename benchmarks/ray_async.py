@@ -88,18 +88,19 @@ def main() -> None:
 
     machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "
                f"{os.getloadavg()[0]:.1f} at the start, torch {torch.__version__}, Ray {ray.__version__}")
-    lines = [f"{args.clients} clients, {args.rounds} rounds, concurrency {args.concurrency}, {args.epochs} local epochs, "
-             f"micro ViT (depth 2) on digits, {args.workers} Ray workers x 1 thread; rounds 3..{args.rounds} timed; "
-             f"{machine}", "",
-             "| policy | inline (s) | Ray, one job per arrival (s) | Ray, parallel (s) | parallel vs one job per arrival "
-             "| histories vs inline |", "|---|---:|---:|---:|---:|---|"]
+    lines = [f"{args.clients} clients, {args.rounds} rounds, concurrency {args.concurrency}, "
+             f"{args.epochs} local epochs, micro ViT (depth 2) on digits, {args.workers} Ray workers x 1 thread; "
+             f"rounds 3..{args.rounds} timed; {machine}", "",
+             "| policy | inline (s) | Ray, one job per arrival (s) | Ray, parallel (s) "
+             "| parallel vs one job per arrival | histories vs inline |", "|---|---:|---:|---:|---:|---|"]
     for name, make in schedules.items():
         inline, t_inline = job(make(), None, args, data)
         serial, t_serial = job(make(), OneJobPerArrival(RayExecutor(num_workers=args.workers)), args, data)
         parallel, t_parallel = job(make(), RayExecutor(num_workers=args.workers), args, data)
         same = (inline.history.comparable() == serial.history.comparable() == parallel.history.comparable()
                 and all(torch.equal(v, parallel.model.state_dict()[k]) for k, v in inline.model.state_dict().items()))
-        lines.append(f"| {name} | {t_inline:.2f} | {t_serial:.2f} | {t_parallel:.2f} | **{t_serial / t_parallel:.2f}x** "
+        ratio = t_serial / t_parallel
+        lines.append(f"| {name} | {t_inline:.2f} | {t_serial:.2f} | {t_parallel:.2f} | **{ratio:.2f}x** "
                      f"| {'identical' if same else 'DIFFERENT'} |")
     print("\n".join(lines))
     if args.write:

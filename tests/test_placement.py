@@ -12,7 +12,7 @@ from fedcore.builtin import SGDUpdate, UniformSync
 from fedcore.data import ArrayDataset, batches
 from fedcore.errors import ConfigError
 from fedcore.runtime.placement import Placement, resolve_device
-from fedcore.testing import ContractFixture, run_tiny_pipeline
+from fedcore.testing import run_tiny_pipeline
 from fedcore.training import train_epochs
 from fedcore.types import ClientUpdate
 

@@ -113,8 +113,8 @@ def dispatch(engine: Engine, ctx: RoundContext) -> None:
     clock = engine.clock
     ahead = [clock.duration_at_dispatch(job.client, share=share, round=ctx.round) if clock is not None else 0.0
              for job, share, _ in built]  # known before the job runs: no clock (zero) or a clock that prices jobs so
-    submit = getattr(engine.executor, "submit", None)
-    lazy = callable(submit) and all(d is not None for d in ahead)
+    submit = engine.submit
+    lazy = submit is not None and all(d is not None for d in ahead)
     outcomes: list[Any] = submit(jobs) if lazy and submit is not None else engine.executor.run(jobs)
     for (job, share, sent), outcome, known in zip(built, outcomes, ahead):
         plan = plans[job.client.id]

@@ -22,7 +22,7 @@ from fedcore.engine import arrivals, dispatch, record, snapshot
 from fedcore.engine.arrivals import InFlight
 from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.history import History, RunResult
-from fedcore.engine.pending import LazyStates, PendingJobs
+from fedcore.engine.pending import LazyStates, PendingJobs, submit_of
 from fedcore.engine.policies import adapt_clock, adapt_scheduler
 from fedcore.engine.record import EVENT_KEYS, load_entries
 from fedcore.engine.spec import RunSpec
@@ -91,6 +91,7 @@ class Engine:
         self._starts: dict[int, int] = {}  # starts per client on one version
         self.ledger_mark = 0
         self.pending = PendingJobs()  # jobs submitted to a parallel executor, results not collected yet
+        self.submit = submit_of(self.executor)  # a parallel executor's submit(jobs) -> handles, or None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -114,7 +115,7 @@ class Engine:
     def run(self) -> RunResult:
         run = self.run_ctx
         self.setup()
-        if callable(getattr(self.executor, "submit", None)):  # reading a state collects its pending job
+        if self.submit is not None:  # reading a client's state collects its pending job first
             run.client_states = LazyStates(run.client_states, self.pending)
         self.executor.start(self.pipeline, run.train)
         self.hooks.fedcore_run_start(run=run)

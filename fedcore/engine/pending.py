@@ -26,6 +26,12 @@ class Handle(Protocol):
     def result(self) -> JobResult: ...
 
 
+def submit_of(executor: Any) -> Callable[[Any], list[Handle]] | None:
+    """The executor's ``submit`` (asked once, at set-up, so that the loop probes nothing), or ``None``."""
+    submit = getattr(executor, "submit", None)
+    return submit if callable(submit) else None
+
+
 class PendingJobs:
     """Submitted jobs by client id (a client has at most one job in flight), each with what to do with its result."""
 
@@ -90,4 +96,4 @@ class LazyStates(dict[int, ClientState]):
         return (dict, (self.copy(),))
 
 
-__all__ = ["Handle", "LazyStates", "PendingJobs"]
+__all__ = ["Handle", "LazyStates", "PendingJobs", "submit_of"]
