@@ -148,8 +148,9 @@ def sweep_statistics(directory: str | Path, *, metric: str | None = None, baseli
     missing: dict[str, list[int]] = {label: [] for label in labels}
     for cell in listing["cells"]:
         path = directory / cell["dir"]
-        if (path / METRICS).is_file() and load_run(path).status.get("state") == "finished":
-            runs[cell["setting"]].append(load_run(path))
+        run = load_run(path) if (path / METRICS).is_file() else None
+        if run is not None and run.status.get("state") == "finished":
+            runs[cell["setting"]].append(run)
             seeds_of[cell["setting"]].append(int(cell["seed"]))
         else:
             missing[cell["setting"]].append(int(cell["seed"]))

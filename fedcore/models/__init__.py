@@ -7,8 +7,13 @@ atomic cache any substrate that pre-trains its own backbone (fedcore-clip) write
 ``deterministic_build`` the block it trains in (one thread: the same weights from every process).
 """
 from fedcore.models.micro import micro_cnn, micro_vit, tiny_mlp
-from fedcore.models.pretrain import (cache_root, deterministic_build, micro_vit_pretrained, pretrained_for_target,
-                                     write_cached)
+from fedcore.models.pretrain import (
+    cache_root,
+    deterministic_build,
+    micro_vit_pretrained,
+    pretrained_for_target,
+    write_cached,
+)
 
-__all__ = ["cache_root", "deterministic_build", "micro_cnn", "micro_vit", "micro_vit_pretrained", "pretrained_for_target", "tiny_mlp",
-           "write_cached"]
+__all__ = ["cache_root", "deterministic_build", "micro_cnn", "micro_vit", "micro_vit_pretrained",
+           "pretrained_for_target", "tiny_mlp", "write_cached"]

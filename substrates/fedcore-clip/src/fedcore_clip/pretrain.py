@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", default="shapes", choices=("shapes", "digits"))
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)  # no --threads: the build always runs on one thread (deterministic_build)
     _, info = pretrain_tiny_clip(args.dataset, steps=args.steps, seed=args.seed, verbose=True)
     print(json.dumps(info, indent=1))
 
