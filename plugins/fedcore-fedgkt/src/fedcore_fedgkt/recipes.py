@@ -3,16 +3,20 @@ KL(edge || server), the paper's server loss) + ``kd-eval``, on ``kd.fedgkt`` (ed
 server). FedML's published runs switch server-side KD off: ``aggregate = { loss = "ce" }``."""
 from __future__ import annotations
 
+from typing import Any
+
 from fedcore import Recipe
 
-_MICRO_DATA = {"name": "kd.synth-patterns", "n": 48, "n_test": 16, "num_classes": 4, "size": 8}
+_MICRO_DATA: dict[str, Any] = {"name": "kd.synth-patterns", "n": 48, "n_test": 16, "num_classes": 4, "size": 8}
+
+_SETUP: dict[str, Any] = {"dataset": _MICRO_DATA, "num_clients": 3,
+                          "model": {"name": "kd.fedgkt", "num_classes": 4, "image_size": 8, "width": 4,
+                                    "server_layers": [1, 1, 1], "server_planes": [4, 4, 4]}}
 
 RECIPES = {
     "fedgkt": Recipe(slots={"split": "edge-share", "local_update": "edge-kd-train",
                             "aggregate": {"name": "kd-server", "loss": "soft-kd"}, "evaluate": "kd-eval"},
                      help="FedGKT: edge CNNs + a bottleneck-ResNet server trained on their features with soft KD; "
                           "server logits sent back as soft targets",
-                     test_setup={"dataset": _MICRO_DATA, "num_clients": 3,
-                                 "model": {"name": "kd.fedgkt", "num_classes": 4, "image_size": 8, "width": 4,
-                                           "server_layers": [1, 1, 1], "server_planes": [4, 4, 4]}}),
+                     test_setup=_SETUP),
 }

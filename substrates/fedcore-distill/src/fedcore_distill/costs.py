@@ -6,10 +6,11 @@ nothing to measure. Attention is counted with timm's unfused path, so the ``2 n^
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
+import copy
 from typing import Any
 
+from timm.models.vision_transformer import Attention
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -19,8 +20,8 @@ def forward_macs(module: nn.Module, input_shape: Sequence[int]) -> int:
     """MACs of one forward pass on one sample of ``input_shape`` (counted on a meta-device copy)."""
     meta = copy.deepcopy(module).to("meta").eval()
     for m in meta.modules():
-        if hasattr(m, "fused_attn"):
-            m.fused_attn = False  # count q@k^T and attn@v explicitly
+        if isinstance(m, Attention):
+            m.fused_attn = False  # type: ignore[misc]  # count q@k^T and attn@v explicitly (Final in timm)
     x = torch.zeros(1, *input_shape, device="meta")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         meta(x)

@@ -74,10 +74,11 @@ class EdgeKDTrain:
         ids = torch.as_tensor(list(data.indices), dtype=torch.long)
         teacher = torch.zeros(0)
         has = torch.zeros(len(ids), dtype=torch.bool)
-        if module.teacher_ids.numel():
-            by_id = teacher_lookup(client.id, module.teacher_ids, module.teacher_logits, ids)
+        teacher_ids, teacher_logits = module.teacher()
+        if teacher_ids.numel():
+            by_id = teacher_lookup(client.id, teacher_ids, teacher_logits, ids)
             has = torch.tensor([int(i) in by_id for i in ids])
-            teacher = torch.stack([by_id.get(int(i), module.teacher_logits[0]) for i in ids])
+            teacher = torch.stack([by_id.get(int(i), teacher_logits[0]) for i in ids])
         opt = torch.optim.Adam(edge.parameters(), lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
         if EDGE_OPTIMIZER in state.stash:
             opt.load_state_dict(state.stash[EDGE_OPTIMIZER])

@@ -11,8 +11,8 @@ from typing import Any
 
 import attrs
 import torch
-import torch.nn.functional as F
 from torch import nn
+import torch.nn.functional as F
 
 import fedcore
 from fedcore import RoundContext

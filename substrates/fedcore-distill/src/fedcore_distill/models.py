@@ -11,10 +11,10 @@ import copy
 from typing import Any
 
 import timm
-import torch
 from timm.models.deit import VisionTransformerDistilled
 from timm.models.resnet import Bottleneck
 from timm.models.vision_transformer import VisionTransformer
+import torch
 from torch import nn
 
 from fedcore import ConfigError
@@ -67,8 +67,9 @@ def edge_resnet(*, num_classes: int = 10, arch: str = "resnet18", width: int = 6
                                                      "stem_width": width}
     net = timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **kwargs)
     if stem == "cifar":
-        stem_width = net.conv1.out_channels
-        net.conv1 = nn.Conv2d(3, stem_width, kernel_size=3, stride=1, padding=1, bias=False)
+        conv1 = net.get_submodule("conv1")
+        assert isinstance(conv1, nn.Conv2d), f"{arch}'s conv1 is a {type(conv1).__name__}"
+        net.conv1 = nn.Conv2d(3, conv1.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         net.maxpool = nn.Identity()
     return cut_resnet(net, cut)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 import torch
-import torch.nn.functional as F
 from torch import nn
+import torch.nn.functional as F
 
 import fedcore
 from fedcore import RoundContext
@@ -137,7 +137,8 @@ class KDServer:
         return AggregateResult(state=state, per_client=per_client, metrics={
             "server_loss": total / max(seen, 1), "server_train_accuracy": train_acc,
             "server_lr": float(opt.param_groups[0]["lr"]), "clients": float(len(packets)),
-            "staleness_mean": sum(staleness) / max(len(staleness), 1), "staleness_max": float(max(staleness, default=0))})
+            "staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "staleness_max": float(max(staleness, default=0))})
 
 
 __all__ = ["SERVER_OPTIMIZER", "SERVER_SCHEDULER", "KDServer"]

@@ -7,10 +7,9 @@ client's samples, sent by the aggregator as the client's view), booked as kinds 
 """
 from __future__ import annotations
 
+import attrs
 import torch
 from torch import nn
-
-import attrs
 
 import fedcore
 from fedcore import ConfigError, RoundContext
@@ -27,11 +26,17 @@ EDGE_PREFIX = "edge."
 class EdgeClient(nn.Module):
     """What a client holds in a round: its edge CNN and the server logits it received (buffers)."""
 
+    edge: EdgeCNN
+
     def __init__(self, edge: EdgeCNN, num_teacher: int, num_classes: int) -> None:
         super().__init__()
         self.edge = edge
         self.register_buffer(TEACHER_IDS, torch.zeros(num_teacher, dtype=torch.long))
         self.register_buffer(TEACHER_LOGITS, torch.zeros(num_teacher, num_classes))
+
+    def teacher(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The received ``(teacher_ids, teacher_logits)``; empty before the first server logits."""
+        return self.get_buffer(TEACHER_IDS), self.get_buffer(TEACHER_LOGITS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.edge(x)
@@ -61,6 +66,7 @@ def require_kd_system(model: nn.Module, who: str) -> KDSystem:
 def edge_of(model: KDSystem, state: ClientState, client_id: int, seed: int, same_init: bool = False) -> EdgeCNN:
     """Client ``client_id``'s edge CNN: its saved state, or (first time) a fresh init of the template."""
     edge = working_copy(model.edge)
+    assert isinstance(edge, EdgeCNN)
     own = {k[len(EDGE_PREFIX):]: v for k, v in state.tensors.items() if k.startswith(EDGE_PREFIX)}
     if own:
         edge.load_state_dict(own)

@@ -3,11 +3,16 @@ setting ``width=64``, ``embed_dim=768, depth=12, num_heads=12`` and ``server_lay
 (:func:`paper_models`)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+import functools
+from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from fedcore_distill.models import BottleneckServer, EdgeCNN, HybridViT, KDSystem, edge_resnet, feature_shape, token_vit
+
+M = TypeVar("M", bound=nn.Module)
 
 
 def _edge(num_classes: int, width: int, stem: str, cut: str, arch: str, pretrained: bool
@@ -15,6 +20,20 @@ def _edge(num_classes: int, width: int, stem: str, cut: str, arch: str, pretrain
     return edge_resnet(num_classes=num_classes, arch=arch, width=width, stem=stem, cut=cut, pretrained=pretrained)
 
 
+def seeded(build: Callable[..., M]) -> Callable[..., M]:
+    """The factory's random init drawn from ``seed`` (default 0), not from the global RNG: the same config
+    builds the same model in every process (a resumed run, a contract check, another seed of a sweep)."""
+
+    @functools.wraps(build)
+    def wrapper(*args: Any, seed: int = 0, **kwargs: Any) -> M:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return build(*args, **kwargs)
+
+    return wrapper
+
+
+@seeded
 def fedvkd_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                  cut: str = "layer1", arch: str = "resnet18", embed_dim: int = 128, depth: int = 4,
                  num_heads: int = 4, patch_size: int = 4, pretrained: bool = False) -> KDSystem:
@@ -26,6 +45,7 @@ def fedvkd_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8,
     return KDSystem(server, edge, shape)
 
 
+@seeded
 def fedgkt_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                  cut: str = "layer1", arch: str = "resnet18", server_layers: Sequence[int] = (3, 3, 3),
                  server_planes: Sequence[int] = (8, 16, 32), pretrained: bool = False) -> KDSystem:
@@ -36,6 +56,7 @@ def fedgkt_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8,
     return KDSystem(server, edge, shape)
 
 
+@seeded
 def fedavg_vit_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                      cut: str = "layer1", arch: str = "resnet18", embed_dim: int = 128, depth: int = 4,
                      num_heads: int = 4, patch_size: int = 4, pretrained: bool = False) -> nn.Sequential:
@@ -47,6 +68,7 @@ def fedavg_vit_model(*, num_classes: int = 10, image_size: int = 16, width: int 
                                                    patch_size=patch_size))
 
 
+@seeded
 def fedavg_cnn_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                      cut: str = "layer1", arch: str = "resnet18", server_layers: Sequence[int] = (3, 3, 3),
                      server_planes: Sequence[int] = (8, 16, 32), pretrained: bool = False) -> nn.Sequential:
@@ -57,6 +79,7 @@ def fedavg_cnn_model(*, num_classes: int = 10, image_size: int = 16, width: int 
                                                           layers=server_layers, planes=server_planes))
 
 
+@seeded
 def edge_model(*, num_classes: int = 10, width: int = 8, stem: str = "cifar", cut: str = "layer1",
                arch: str = "resnet18", pretrained: bool = False) -> EdgeCNN:
     """The edge ResNet alone (FedAvg of the edge model, Fig. 5's baseline)."""
