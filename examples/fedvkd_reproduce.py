@@ -6,7 +6,7 @@ p = 0.2), E2 (edge-model accuracy), E4 (ablations: beta = 0, w_dist = 0, soft se
 with ``--extra``. Data: SynthPatterns (3x16x16 coloured glyphs, 10 classes); no CIFAR/CINIC/ImageNet, no
 pre-trained extractor (FedML's FedGKT initialises from one); every model is random-init and micro-sized.
 
-    nice python examples/fedvkd_reproduce.py                      # writes the table into plugins/fedcore-fedvkd/README.md
+    nice python examples/fedvkd_reproduce.py              # the table -> plugins/fedcore-fedvkd/README.md
 
 Writes ``results.json`` and ``fedvkd_reproduce.png`` under ``--out`` and (``--readme``) the README section.
 """
@@ -18,10 +18,6 @@ from pathlib import Path
 import time
 from typing import Any
 
-import numpy as np
-import torch
-
-import fedcore
 from fedcore_distill import (
     bytes_by_kind,
     edge_model,
@@ -34,6 +30,10 @@ from fedcore_distill import (
     paper_models,
     synth_patterns_dataset,
 )
+import numpy as np
+import torch
+
+import fedcore
 
 PAPER_TABLE1 = {  # FedVKD paper, Table 1: CIFAR-10 IID / non-IID top-1 (%)
     "FedVKD (ViT)": (75.88, 69.93), "FedAvg (ViT)": (73.91, 68.10), "FedGKT (CNN)": (91.96, 85.17),
@@ -67,14 +67,16 @@ def methods(a: argparse.Namespace) -> dict[str, tuple[Any, Any]]:
         merged = {**base, **{k: {**base.get(k, {}), **v} for k, v in patch.items()}}
         return lambda: fedcore.recipe(name, **merged)
 
+    vkd = lambda seed: fedvkd_model(**s, **vit_kw(a), seed=seed)  # noqa: E731
     return {
         "FedVKD (ViT)": (recipe("fedvkd"), lambda seed: fedvkd_model(**s, **vit_kw(a), seed=seed)),
         "FedAvg (ViT)": (recipe("fedavg-vit"), lambda seed: fedavg_vit_model(**s, **vit_kw(a), seed=seed)),
         "FedGKT (CNN)": (recipe("fedgkt"), lambda seed: fedgkt_model(**s, **cnn_kw(a), seed=seed)),
         "FedAvg (CNN)": (recipe("fedavg-cnn"), lambda seed: fedavg_cnn_model(**s, **cnn_kw(a), seed=seed)),
-        "FedAvg (edge ResNet-18)": (recipe("fedavg-edge"), lambda seed: edge_model(num_classes=10, width=a.width, seed=seed)),
-        "E4: FedVKD beta=0": (recipe("fedvkd", local_update={"beta": 0.0}), lambda seed: fedvkd_model(**s, **vit_kw(a), seed=seed)),
-        "E4: FedVKD w_dist=0": (recipe("fedvkd", aggregate={"w_dist": 0.0}), lambda seed: fedvkd_model(**s, **vit_kw(a), seed=seed)),
+        "FedAvg (edge ResNet-18)": (recipe("fedavg-edge"),
+                                    lambda seed: edge_model(num_classes=10, width=a.width, seed=seed)),
+        "E4: FedVKD beta=0": (recipe("fedvkd", local_update={"beta": 0.0}), vkd),
+        "E4: FedVKD w_dist=0": (recipe("fedvkd", aggregate={"w_dist": 0.0}), vkd),
         "E4: ViT + soft server KD": (recipe("fedvkd", aggregate={"loss": "soft-kd"}),
                                      lambda seed: fedvkd_model(**s, **vit_kw(a), seed=seed)),
         "E6: FedVKD async": (recipe("fedvkd", schedule={"name": "async", "concurrency": 5}),
@@ -92,11 +94,13 @@ def run_one(make_pipe: Any, make_model: Any, p: float, seed: int, a: argparse.Na
     ledger = result.run.ledger.to_rows()
     kinds = bytes_by_kind(ledger)
     return {"accuracy": acc, "edge_accuracy": [r.get("edge_accuracy") for r in rows],
-            "cls_accuracy": [r.get("cls_accuracy") for r in rows], "dist_accuracy": [r.get("dist_accuracy") for r in rows],
+            "cls_accuracy": [r.get("cls_accuracy") for r in rows],
+            "dist_accuracy": [r.get("dist_accuracy") for r in rows],
             "bytes_per_round": sum(r["bytes_up"] + r["bytes_down"] for r in rows) / len(rows),
             "bytes_by_kind_per_round": {d: {k: v / len(rows) for k, v in ks.items() if v} for d, ks in kinds.items()},
             "messages_per_round": sum(1 for x in ledger if x["nbytes"]) / len(rows),
-            "staleness_max": max((r.get("agg_staleness_max") or 0) for r in rows), "seconds": time.perf_counter() - start}
+            "staleness_max": max((r.get("agg_staleness_max") or 0) for r in rows),
+            "seconds": time.perf_counter() - start}
 
 
 def edge_macs_per_round(name: str, a: argparse.Namespace, n: int) -> float:
@@ -124,7 +128,8 @@ def paper_costs() -> list[tuple[str, str, str]]:
                                    ("ResNet-109 server", m["resnet109"], fmap),
                                    ("FedAvg(ViT) edge model", m["fedavg_vit"], shape),
                                    ("FedAvg(CNN) ResNet-113 edge model", m["fedavg_cnn"], shape)):
-            rows.append((f"{image}: {label}", f"{num_params(module) / 1e6:.2f} M", f"{forward_macs(module, inp) / 1e9:.3f} G"))
+            rows.append((f"{image}: {label}", f"{num_params(module) / 1e6:.2f} M",
+                         f"{forward_macs(module, inp) / 1e9:.3f} G"))
         rows.append((f"{image}: edge MAC ratio FedAvg(ViT) : FedVKD", "",
                      f"{forward_macs(m['fedavg_vit'], shape) / edge:.1f}x"))
         c, h, w = fmap
@@ -153,14 +158,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--n-test", type=int, default=100)
+    ap.add_argument("--n-test", type=int, default=60)
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--embed-dim", type=int, default=32)
     ap.add_argument("--depth", type=int, default=2)
     ap.add_argument("--edge-epochs", type=int, default=1)
     ap.add_argument("--server-epochs", type=int, default=2)
+    ap.add_argument("--ablation-seeds", type=int, default=1, help="seeds of the E4/E6 rows (CPU budget)")
     ap.add_argument("--readme", default="plugins/fedcore-fedvkd/README.md")
     ap.add_argument("--extra", action="store_true", help="also E3 (p = 0.5) and E5 (n in 300, 600, 1200)")
+    ap.add_argument("--costs-only", action="store_true", help="only E0 (analytic, about a minute)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(a.out)
@@ -169,11 +176,11 @@ def main() -> None:
     table = methods(a)
     results: dict[str, Any] = {"args": vars(a), "runs": {}}
     partitions = dict(PARTITIONS, **({"stress (p=0.5)": 0.5} if a.extra else {}))
-    for name, (make_pipe, make_model) in table.items():
+    for name, (make_pipe, make_model) in ({} if a.costs_only else table).items():
         for part, p in partitions.items():
             if (name.startswith("E4") or name.startswith("E6")) and p != 0.2:
                 continue
-            for seed in range(a.seeds):
+            for seed in range(a.seeds if not name.startswith(("E4", "E6")) else a.ablation_seeds):
                 def with_partition(make_pipe: Any = make_pipe, p: float = p) -> Any:
                     pipe = make_pipe()
                     return pipe.replace(partition=fedcore.get("p-group")(p=p, num_groups=10))
@@ -181,7 +188,7 @@ def main() -> None:
                 results["runs"][key] = run_one(with_partition, make_model, p, seed, a, a.n)
                 print(key, f"best {max(results['runs'][key]['accuracy']):.3f}",
                       f"{results['runs'][key]['seconds']:.1f}s", flush=True)
-    if a.extra:
+    if a.extra and not a.costs_only:
         for n in (300, 1200):
             for name in ("FedVKD (ViT)", "FedGKT (CNN)"):
                 make_pipe, make_model = table[name]
@@ -190,11 +197,13 @@ def main() -> None:
                         return make_pipe().replace(partition=fedcore.get("p-group")(p=0.1, num_groups=10))
                     results["runs"][f"E5 n={n}: {name}|IID (p=0.1)|{seed}"] = run_one(iid, make_model, 0.1, seed, a, n)
     results["paper_costs"] = paper_costs()
-    results["edge_macs_per_round"] = {name: edge_macs_per_round(name, a, a.n) for name in table}
+    if not a.costs_only:
+        results["edge_macs_per_round"] = {name: edge_macs_per_round(name, a, a.n) for name in table}
     results["seconds"] = time.perf_counter() - start
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    section = render(results, a, partitions)
-    plot(results, a, (Path(a.readme).parent if a.readme else out) / "fedvkd_reproduce.png")
+    section = render_costs(results) if a.costs_only else render(results, a, partitions)
+    if not a.costs_only:
+        plot(results, a, (Path(a.readme).parent if a.readme else out) / "fedvkd_reproduce.png")
     if a.readme:
         text = Path(a.readme).read_text()
         head, rest = text.split(BEGIN)
@@ -207,11 +216,23 @@ def runs_of(results: dict[str, Any], name: str, part: str) -> list[dict[str, Any
     return [v for k, v in sorted(results["runs"].items()) if k.startswith(f"{name}|{part}|")]
 
 
+def cost_lines(results: dict[str, Any]) -> list[str]:
+    lines = ["**E0: costs at paper scale** (random init, FLOP counter on the meta device; spec §4.4):", "",
+             "| model | params | forward MACs / sample |", "|---|---|---|"]
+    return lines + [f"| {m} | {p} | {c} |" for m, p, c in results["paper_costs"]]
+
+
+def render_costs(results: dict[str, Any]) -> str:
+    return "\n".join([f"Command: `python examples/fedvkd_reproduce.py --costs-only` "
+                      f"({results['seconds']:.0f} s).", "", *cost_lines(results)])
+
+
 def render(results: dict[str, Any], a: argparse.Namespace, partitions: dict[str, float]) -> str:
     lines = [f"Command: `nice python examples/fedvkd_reproduce.py` ({results['seconds'] / 60:.1f} min on a shared "
              f"2-core CPU, 1 thread). {a.clients} clients, p-group (10 groups), SynthPatterns n={a.n} "
              f"(test {a.n_test}), {a.rounds} rounds, E_c={a.edge_epochs}, E_s={a.server_epochs}, edge ResNet-18 "
-             f"width {a.width}, ViT width {a.embed_dim} depth {a.depth}, {a.seeds} seeds (mean ± std, best round).",
+             f"width {a.width}, ViT width {a.embed_dim} depth {a.depth}, {a.seeds} seeds (mean ± std, best round; "
+             f"E4/E6 rows: {a.ablation_seeds} seed).",
              "", "**E1/E2: accuracy (%)** — server accuracy = mean over clients of server ∘ extractor_k; "
              "Δ = paired difference to FedAvg (ViT) over seeds (t-test p).", "",
              "| method | paper C10 IID | paper C10 non-IID | " + " | ".join(f"synth {p} best" for p in partitions)
@@ -238,9 +259,8 @@ def render(results: dict[str, Any], a: argparse.Namespace, partitions: dict[str,
           f"client; split learning needs 2 per minibatch). Asynchronous FedVKD (FedAsync-style schedule, "
           f"concurrency 5): max staleness "
           f"{max(r['staleness_max'] for r in runs_of(results, 'E6: FedVKD async', 'non-IID (p=0.2)')):.0f} rounds.",
-        "", "**E0: costs at paper scale** (random init, FLOP counter on the meta device; spec §4.4):", "",
-        "| model | params | forward MACs / sample |", "|---|---|---|"]
-    lines += [f"| {m} | {p} | {c} |" for m, p, c in results["paper_costs"]]
+        ""]
+    lines += cost_lines(results)
     lines += ["", "![accuracy per round](fedvkd_reproduce.png)"]
     return "\n".join(lines)
 

@@ -38,6 +38,12 @@ class PGroupPartition:
     num_groups: int = setting(10, low=1, help="M groups of clients (and of classes)")
     class_map: str = setting("contiguous", choices=("contiguous", "random"), help="class -> group map")
 
+    @classmethod
+    def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
+        from fedcore.testing import CheckPlan
+
+        return CheckPlan(presets=[cls(p=0.5, num_groups=3)])  # the check fixture has 3 clients, 4 classes
+
     @fedcore.hookimpl
     def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
         labels = labels_of(dataset)

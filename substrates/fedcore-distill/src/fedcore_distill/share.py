@@ -86,7 +86,8 @@ class EdgeShare:
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
         from fedcore_distill.checks import distill_check_plan
 
-        return distill_check_plan(cls)
+        return distill_check_plan(cls, expected_failures={
+            "check_split": "uploads computed features, logits and labels, which are not entries of the share's module"})
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState, ctx: RoundContext
