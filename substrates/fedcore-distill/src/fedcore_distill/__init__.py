@@ -1,0 +1,76 @@
+"""Edge-to-server knowledge distillation for fedcore (FedGKT, FedVKD and later feature-exchange methods).
+
+Components: ``edge-share`` (split), ``edge-kd-train`` (local update), ``kd-server`` (aggregate), ``kd-eval``
+(evaluate), ``p-group`` (partition). Models: ``kd.fedvkd``, ``kd.fedgkt``, ``kd.fedavg-vit``, ``kd.fedavg-cnn``,
+``kd.edge``. Data: ``kd.synth-patterns``. The recipes live in the method plugins (``fedcore-fedvkd``,
+``fedcore-fedgkt``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fedcore_distill.costs import bytes_by_kind, forward_macs, num_params, train_macs
+from fedcore_distill.edge import EDGE_OPTIMIZER, EdgeKDTrain, augment, fetch
+from fedcore_distill.evaluate import KDEval, server_heads
+from fedcore_distill.losses import hard_distill_targets, soft_kd, two_head_loss
+from fedcore_distill.messages import (
+    DOWNLINK_KINDS,
+    FEATURES,
+    LABELS,
+    LOGITS,
+    SAMPLE_IDS,
+    TEACHER_IDS,
+    TEACHER_LOGITS,
+    UPLINK_KINDS,
+    FeaturePacket,
+    check_feature_shapes,
+    teacher_lookup,
+)
+from fedcore_distill.models import (
+    BottleneckServer,
+    EdgeCNN,
+    HybridViT,
+    KDSystem,
+    cut_resnet,
+    edge_resnet,
+    feature_shape,
+    token_vit,
+)
+from fedcore_distill.pgroup import PGroupPartition, class_to_group
+from fedcore_distill.server import SERVER_OPTIMIZER, SERVER_SCHEDULER, KDServer
+from fedcore_distill.share import EDGE_PREFIX, EdgeClient, EdgeShare, edge_of, reinit, require_kd_system
+from fedcore_distill.synth import synth_patterns, synth_patterns_dataset
+from fedcore_distill.zoo import (
+    edge_model,
+    fedavg_cnn_model,
+    fedavg_vit_model,
+    fedgkt_model,
+    fedvkd_model,
+    paper_models,
+)
+
+__all__ = [
+    "DOWNLINK_KINDS", "EDGE_OPTIMIZER", "EDGE_PREFIX", "FEATURES", "LABELS", "LOGITS", "SAMPLE_IDS",
+    "SERVER_OPTIMIZER", "SERVER_SCHEDULER", "TEACHER_IDS", "TEACHER_LOGITS", "UPLINK_KINDS", "BottleneckServer",
+    "EdgeCNN", "EdgeClient", "EdgeKDTrain", "EdgeShare", "FeaturePacket", "HybridViT", "KDEval", "KDServer",
+    "KDSystem", "PGroupPartition", "augment", "bytes_by_kind", "check_feature_shapes", "class_to_group",
+    "cut_resnet", "edge_model", "edge_of", "edge_resnet", "fedavg_cnn_model", "fedavg_vit_model", "fedgkt_model",
+    "fedvkd_model", "feature_shape", "fetch", "forward_macs", "hard_distill_targets", "num_params", "paper_models",
+    "register", "reinit", "require_kd_system", "server_heads", "soft_kd", "synth_patterns",
+    "synth_patterns_dataset", "teacher_lookup", "token_vit", "train_macs", "two_head_loss",
+]
+
+
+def register(registry: Any) -> None:
+    """Register the distillation components, models and data (called by :mod:`fedcore_distill.plugin`)."""
+    registry.add("edge-share", EdgeShare, help="the client's own edge CNN; only server logits come down")
+    registry.add("edge-kd-train", EdgeKDTrain, help="edge CE + soft KD to server logits, then the feature uplink")
+    registry.add("kd-server", KDServer, help="persistent server trainer on uploaded features (hard/soft KD, CE)")
+    registry.add("kd-eval", KDEval, help="server o extractor_k accuracy (mean over clients), per head, edge")
+    registry.add("p-group", PGroupPartition, help="Fang et al.'s p-group split (p = 1/M is IID)")
+    registry.add_model("kd.fedvkd", fedvkd_model, help="edge ResNet + hybrid ViT server (cls + dist tokens)")
+    registry.add_model("kd.fedgkt", fedgkt_model, help="edge ResNet + bottleneck-ResNet server")
+    registry.add_model("kd.fedavg-vit", fedavg_vit_model, help="edge extractor + ViT encoder as one model")
+    registry.add_model("kd.fedavg-cnn", fedavg_cnn_model, help="edge extractor + bottleneck ResNet as one model")
+    registry.add_model("kd.edge", edge_model, help="the edge ResNet alone")
+    registry.add_dataset("kd.synth-patterns", synth_patterns_dataset, help="seeded coloured glyphs, 3 x 16 x 16")

@@ -1,0 +1,127 @@
+"""Local-update slot: the edge step (FedVKD Eq. 17 / FedGKT) then the extraction pass that forms the uplink.
+
+``E_c`` epochs of ``CE + beta * T^2 * KL(p_T(z_server) || p_T(z_edge))`` over the client's samples, the
+server logits looked up by sample id (CE only where none exist yet: round 0). Then, with the edge model in
+eval mode (BN running statistics, spec A22), one pass over the samples gives the uplink: sample ids,
+features, edge logits, labels. The edge weights and the edge optimizer stay in ``ClientState``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+import fedcore
+from fedcore import RoundContext
+from fedcore.settings import setting
+from fedcore.stash import StashKey
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore_distill.losses import soft_kd
+from fedcore_distill.messages import FeaturePacket, teacher_lookup
+from fedcore_distill.share import EDGE_PREFIX, EdgeClient
+
+EDGE_OPTIMIZER = StashKey[dict]("distill.edge-optimizer")
+
+
+def fetch(dataset: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and labels of samples ``ids`` (ArrayDataset fast path, any indexable dataset otherwise)."""
+    if hasattr(dataset, "x") and hasattr(dataset, "y"):
+        return dataset.x[ids], dataset.y[ids]
+    items = [dataset[int(i)] for i in ids]
+    return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
+
+
+def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
+    """Random crop with ``pad`` px zero padding and horizontal flip (tensor ops, per sample)."""
+    n, _, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator)
+    flip = torch.rand(n, generator=generator) < 0.5
+    out = torch.stack([padded[i, :, int(dy[i]):int(dy[i]) + h, int(dx[i]):int(dx[i]) + w] for i in range(n)])
+    out[flip] = out[flip].flip(-1)
+    return out
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class EdgeKDTrain:
+    """Local-update slot: CE + soft KD toward the server's logits, then the feature/logit/label uplink."""
+
+    epochs: int = setting(1, low=1, help="E_c: local epochs per round")
+    batch_size: int = setting(64, low=1)
+    lr: float = setting(1e-3, low=0.0, low_open=True, help="Adam learning rate (FedML)")
+    weight_decay: float = setting(1e-4, low=0.0)
+    temperature: float = setting(3.0, low=0.0, low_open=True, help="T of the soft targets (FedML)")
+    beta: float = setting(1.0, low=0.0, help="weight of the KD term (Eq. 14: 1); 0 = CE only (ablation)")
+    t2_scale: bool = setting(True, help="multiply the KD term by T^2 (FedML); False = the literal Eq. 14")
+    augment: bool = setting(True, help="random crop (2 px) + flip during local training")
+    feature_dtype: str = setting("float32", choices=("float32", "float16"), help="features on the wire")
+
+    @classmethod
+    def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
+        from fedcore_distill.checks import distill_check_plan
+
+        return distill_check_plan(cls)
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
+                             ctx: RoundContext) -> ClientUpdate:
+        module = share.module
+        assert isinstance(module, EdgeClient), "edge-kd-train runs with the edge-share split"
+        edge = module.edge
+        ids = torch.as_tensor(list(data.indices), dtype=torch.long)
+        teacher = torch.zeros(0)
+        has = torch.zeros(len(ids), dtype=torch.bool)
+        teacher_ids, teacher_logits = module.teacher()
+        if teacher_ids.numel():
+            by_id = teacher_lookup(client.id, teacher_ids, teacher_logits, ids)
+            has = torch.tensor([int(i) in by_id for i in ids])
+            teacher = torch.stack([by_id.get(int(i), teacher_logits[0]) for i in ids])
+        opt = torch.optim.Adam(edge.parameters(), lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
+        if EDGE_OPTIMIZER in state.stash:
+            opt.load_state_dict(state.stash[EDGE_OPTIMIZER])
+        shuffle, crops = ctx.rng("shuffle"), ctx.rng("augment")
+        edge.train()
+        total, kd_total, seen = 0.0, 0.0, 0
+        for _ in range(self.epochs):
+            order = torch.randperm(len(ids), generator=shuffle)
+            for pos in order.split(self.batch_size):
+                x, y = fetch(data.dataset, ids[pos])
+                if self.augment:
+                    x = augment(x, crops)
+                z = edge(x)
+                loss = F.cross_entropy(z, y)
+                mask = has[pos]
+                if self.beta and bool(mask.any()):
+                    kd = soft_kd(z[mask], teacher[pos][mask], self.temperature, t2_scale=self.t2_scale)
+                    loss = loss + self.beta * kd * (float(mask.sum()) / len(pos))
+                    kd_total += float(kd.detach()) * len(pos)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(pos)
+                seen += len(pos)
+        state.stash[EDGE_OPTIMIZER] = opt.state_dict()
+        state.tensors = {EDGE_PREFIX + k: v.detach().clone() for k, v in edge.state_dict().items()}
+        packet = self.extract(client.id, edge, data.dataset, ids)
+        return ClientUpdate(client_id=client.id, tensors=packet.entries(), num_examples=len(ids),
+                            metrics={"loss": total / max(seen, 1), "kd_loss": kd_total / max(seen, 1)})
+
+    def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor) -> FeaturePacket:
+        """The uplink: features, logits and labels of every sample, edge model in eval mode."""
+        edge.eval()
+        feats, logits, labels = [], [], []
+        with torch.no_grad():
+            for chunk in ids.split(max(self.batch_size, 256)):
+                x, y = fetch(dataset, chunk)
+                z, h = edge.forward_with_features(x)
+                feats.append(h.to(getattr(torch, self.feature_dtype)))
+                logits.append(z)
+                labels.append(y.long())
+        return FeaturePacket(client_id=client_id, sample_ids=ids.clone(), features=torch.cat(feats),
+                             logits=torch.cat(logits), labels=torch.cat(labels))
+
+
+__all__ = ["EDGE_OPTIMIZER", "EdgeKDTrain", "augment", "fetch"]

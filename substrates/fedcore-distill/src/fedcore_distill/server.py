@@ -1,0 +1,147 @@
+"""Aggregate slot of a distillation run: the server trains its model on the uploaded features, then sends
+each client the server logits of its samples. No weights are averaged.
+
+The server model is the global model's ``server`` (checkpointed with it); its Adam state and the plateau
+scheduler persist in ``ServerState.stash`` across rounds and resumes (spec A21). Losses:
+``hard-dist`` (FedVKD Eq. 13: CE(cls, y) + CE(dist, argmax z_edge)), ``soft-kd`` (FedGKT: CE + T^2 KL(edge ||
+server)) and ``ce`` (FedML's runs with server-side KD off, ``whether_distill_on_the_server 0``).
+Under an asynchronous schedule the server trains on the packets that arrived (``updates``) and records
+their staleness.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import fedcore
+from fedcore import RoundContext
+from fedcore.builtin import working_copy
+from fedcore.settings import setting
+from fedcore.stash import StashKey
+from fedcore.types import AggregateResult, ClientUpdate
+from fedcore_distill.losses import soft_kd, two_head_loss
+from fedcore_distill.messages import TEACHER_IDS, TEACHER_LOGITS, FeaturePacket, check_feature_shapes
+from fedcore_distill.share import require_kd_system
+
+SERVER_OPTIMIZER = StashKey[dict]("distill.server-optimizer")
+SERVER_SCHEDULER = StashKey[dict]("distill.server-scheduler")
+
+
+def _heads(out: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return (out[0], out[1]) if isinstance(out, tuple) else (out, out)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class KDServer:
+    """Aggregate slot: persistent server trainer on uploaded features; per-client server logits as views."""
+
+    loss: str = setting("hard-dist", choices=("hard-dist", "soft-kd", "ce"),
+                        help="hard-dist: FedVKD; soft-kd: FedGKT; ce: FedGKT with server KD off (FedML runs)")
+    w_ce: float = setting(1.0, low=0.0, help="weight of CE(cls, y) (Eq. 13: 1)")
+    w_dist: float = setting(1.0, low=0.0, help="weight of CE(dist, argmax z_edge) (Eq. 13: 1); 0 = no dist token")
+    kd_weight: float = setting(1.0, low=0.0, help="soft-kd: weight of T^2 KL(edge || server)")
+    temperature: float = setting(3.0, low=0.0, low_open=True)
+    epochs: int = setting(3, low=1, help="E_s: server epochs per round over the uploaded features")
+    batch_size: int = setting(64, low=1)
+    lr: float = setting(1e-3, low=0.0, low_open=True, help="Adam, amsgrad (FedML)")
+    weight_decay: float = setting(1e-4, low=0.0)
+    plateau_factor: float = setting(0.1, low=0.0, high=1.0, low_open=True, high_open=True)
+    plateau_patience: int = setting(10, low=0)
+    batch_order: str = setting("shuffle", choices=("shuffle", "client-sequential"),
+                               help="minibatches across clients (A8); FedML goes client by client")
+    logits_pass: str = setting("last-epoch", choices=("last-epoch", "eval"),
+                               help="server logits from the last epoch in train mode (FedML) or an eval pass")
+
+    @classmethod
+    def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
+        from fedcore_distill.checks import distill_check_plan
+
+        generic = "the generic aggregate checks feed weight updates; kd-server takes feature packets"
+        return distill_check_plan(cls, expected_failures={
+            "check_aggregate_identity": "trains the server on features; it never averages the updates",
+            "check_aggregate_does_not_mutate": generic, "check_aggregate_single_client": generic,
+            "check_aggregate_order_invariant": generic})
+
+    def server_loss(self, out: Any, labels: torch.Tensor, edge_logits: torch.Tensor) -> torch.Tensor:
+        cls_logits, dist_logits = _heads(out)
+        if self.loss == "hard-dist":
+            return two_head_loss(cls_logits, dist_logits, labels, edge_logits, w_ce=self.w_ce, w_dist=self.w_dist)
+        loss = self.w_ce * F.cross_entropy(cls_logits, labels)
+        if self.loss == "soft-kd" and self.kd_weight:
+            loss = loss + self.kd_weight * soft_kd(dist_logits, edge_logits, self.temperature)
+        return loss
+
+    def _order(self, packets: Sequence[FeaturePacket], generator: torch.Generator) -> list[torch.Tensor]:
+        n = sum(len(p.sample_ids) for p in packets)
+        if self.batch_order == "shuffle":
+            return list(torch.randperm(n, generator=generator).split(self.batch_size))
+        chunks, start = [], 0
+        for p in packets:
+            chunks += list((start + torch.randperm(len(p.sample_ids), generator=generator)).split(self.batch_size))
+            start += len(p.sample_ids)
+        return chunks
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
+                          ) -> AggregateResult:
+        system = require_kd_system(model, "kd-server")
+        packets = sorted((FeaturePacket.from_update(u) for u in updates), key=lambda p: p.client_id)
+        check_feature_shapes(packets, system.feature_shape)
+        feats = torch.cat([p.features for p in packets]).float()
+        labels = torch.cat([p.labels for p in packets])
+        edge_logits = torch.cat([p.logits for p in packets])
+        server = working_copy(system.server)
+        opt = torch.optim.Adam(server.parameters(), lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=self.plateau_factor,
+                                                           patience=self.plateau_patience)
+        stash = ctx.server.stash
+        if SERVER_OPTIMIZER in stash:
+            opt.load_state_dict(stash[SERVER_OPTIMIZER])
+            sched.load_state_dict(stash[SERVER_SCHEDULER])
+        generator = ctx.rng("server-order")
+        server_logits = torch.zeros_like(edge_logits)
+        server.train()
+        total, correct, seen = 0.0, 0, 0
+        for epoch in range(self.epochs):
+            for idx in self._order(packets, generator):
+                out = server(feats[idx])
+                loss = self.server_loss(out, labels[idx], edge_logits[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if epoch == self.epochs - 1:
+                    cls_logits, dist_logits = _heads(out)
+                    mean = ((cls_logits + dist_logits) / 2).detach()
+                    server_logits[idx] = mean
+                    total += float(loss.detach()) * len(idx)
+                    correct += int((mean.argmax(-1) == labels[idx]).sum())
+                    seen += len(idx)
+        if self.logits_pass == "eval":
+            server.eval()
+            with torch.no_grad():
+                server_logits = torch.cat([server(chunk) for chunk in feats.split(256)])
+        train_acc = correct / max(seen, 1)
+        sched.step(train_acc)  # FedML steps on test accuracy; the server only sees its training accuracy
+        stash[SERVER_OPTIMIZER] = opt.state_dict()
+        stash[SERVER_SCHEDULER] = sched.state_dict()
+        per_client, start = {}, 0
+        for p in packets:
+            n = len(p.sample_ids)
+            per_client[p.client_id] = {TEACHER_IDS: p.sample_ids.clone(),
+                                       TEACHER_LOGITS: server_logits[start:start + n].clone()}
+            start += n
+        staleness = [u.staleness for u in updates]
+        state = {f"server.{k}": v for k, v in server.state_dict().items()}
+        return AggregateResult(state=state, per_client=per_client, metrics={
+            "server_loss": total / max(seen, 1), "server_train_accuracy": train_acc,
+            "server_lr": float(opt.param_groups[0]["lr"]), "clients": float(len(packets)),
+            "staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "staleness_max": float(max(staleness, default=0))})
+
+
+__all__ = ["SERVER_OPTIMIZER", "SERVER_SCHEDULER", "KDServer"]

@@ -1,0 +1,260 @@
+"""fedcore_distill: losses against hand computations, the message protocol and its ledger, sample-id alignment,
+the p-group partition, costs at paper scale, bad input, and resume = an uninterrupted run."""
+import math
+
+from fedcore_distill import (
+    FeaturePacket,
+    HybridViT,
+    PGroupPartition,
+    check_feature_shapes,
+    edge_resnet,
+    fedvkd_model,
+    forward_macs,
+    hard_distill_targets,
+    num_params,
+    paper_models,
+    soft_kd,
+    synth_patterns_dataset,
+    teacher_lookup,
+    two_head_loss,
+)
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fedcore
+from fedcore import ConfigError
+from fedcore.rng import derive_seed
+
+MICRO = {"num_classes": 4, "image_size": 8, "width": 4, "embed_dim": 16, "depth": 1, "num_heads": 2}
+
+
+def micro_run(recipe="fedvkd", rounds=2, run_kwargs=None, **overrides):
+    train, test = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
+    pipe = fedcore.recipe(recipe, **overrides)
+    return pipe.run(model=fedvkd_model(**MICRO), train=train, test=test, num_clients=3, rounds=rounds, seed=0,
+                    **(run_kwargs or {}))
+
+
+# ---- losses (spec 002 Sec. 5) ----
+
+def test_soft_kd_equals_a_hand_computation_and_toggles_t_squared():
+    s, t, T = torch.tensor([[1.0, 2.0, 0.5]]), torch.tensor([[0.2, -1.0, 3.0]]), 3.0
+    p = [math.exp(v / T) for v in t[0].tolist()]
+    p = [v / sum(p) for v in p]
+    q = [math.exp(v / T) for v in s[0].tolist()]
+    q = [v / sum(q) for v in q]
+    kl = sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+    assert float(soft_kd(s, t, T, t2_scale=False)) == pytest.approx(kl, rel=1e-5)
+    assert float(soft_kd(s, t, T)) == pytest.approx(kl * T * T, rel=1e-5)
+    assert float(soft_kd(s, s, T)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_soft_kd_gradient_reaches_only_the_student():
+    s, t = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    soft_kd(s, t).backward()
+    assert s.grad is not None and s.grad.abs().sum() > 0 and t.grad is None
+
+
+def test_dist_head_target_is_argmax_of_client_logits_and_w_dist_zero_is_plain_ce():
+    z_c = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]])
+    assert hard_distill_targets(z_c).tolist() == [1, 0]
+    cls, dist, y = torch.randn(2, 3), torch.randn(2, 3), torch.tensor([2, 1])
+    expected = F.cross_entropy(cls, y) + F.cross_entropy(dist, torch.tensor([1, 0]))
+    assert torch.allclose(two_head_loss(cls, dist, y, z_c), expected)
+    assert torch.allclose(two_head_loss(cls, dist, y, z_c, w_dist=0.0), F.cross_entropy(cls, y))
+
+
+def test_hybrid_vit_tokens_and_heads():
+    vit = HybridViT(feature_shape=(4, 8, 8), num_classes=3, embed_dim=16, depth=1, num_heads=2, patch_size=4)
+    assert vit.patch_embed.num_patches == 4 and vit.pos_embed.shape[1] == 4 + 2  # n = (8/4)^2, + cls + dist
+    h = torch.randn(2, 4, 8, 8)
+    cls, dist = vit.train()(h)
+    vit.eval()
+    with torch.no_grad():
+        c, d = vit.heads(h)
+        assert torch.allclose(vit(h), (c + d) / 2)
+
+
+# ---- the protocol and the ledger ----
+
+def test_the_ledger_carries_exactly_the_message_fields():
+    result = micro_run(rounds=2)
+    rows = [r for r in result.run.ledger.to_rows() if r["nbytes"] > 0]
+    kinds = {(r["direction"], r["kind"]) for r in rows}
+    assert kinds == {("up", "sample_ids"), ("up", "features"), ("up", "logits"), ("up", "labels"),
+                     ("down", "sample_ids"), ("down", "logits")}
+    n, c = 48, 4
+    shape = fedvkd_model(**MICRO).feature_shape
+    per_round = {k: sum(r["nbytes"] for r in rows if (r["direction"], r["kind"]) == ("up", k) and r["round"] == 0)
+                 for k in ("features", "logits", "labels", "sample_ids")}
+    assert per_round == {"features": n * int(np.prod(shape)) * 4, "logits": n * c * 4, "labels": n * 8,
+                         "sample_ids": n * 8}
+    down0 = [r for r in rows if r["direction"] == "down" and r["round"] == 0]
+    assert not down0, "round 0: no server logits exist yet, nothing comes down"
+    assert sum(r["nbytes"] for r in rows if r["direction"] == "down") == n * c * 4 + n * 8
+
+
+def test_server_logits_reach_their_samples_by_id_under_shuffling():
+    result = micro_run(rounds=1, aggregate={"logits_pass": "eval"})
+    system, views = result.model, result.run.server.client_views
+    train, _ = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
+    from fedcore_distill import edge_of
+
+    for cid, view in views.items():
+        assert sorted(view["teacher_ids"].tolist()) == sorted(result.run.partition.train[cid])
+        edge = edge_of(system, result.run.client_states[cid], cid, 0).eval()
+        with torch.no_grad():
+            ids = view["teacher_ids"]
+            expected = system.server.eval()(edge.features(train.x[ids]))
+        assert torch.allclose(view["teacher_logits"], expected, atol=1e-5)
+        perm = torch.randperm(len(ids), generator=torch.Generator().manual_seed(cid))
+        lookup = teacher_lookup(cid, ids[perm], view["teacher_logits"][perm], ids)
+        for i, row in zip(ids.tolist(), view["teacher_logits"]):
+            assert torch.equal(lookup[i], row)
+
+
+def test_round_zero_is_ce_only_and_later_rounds_distil():
+    result = micro_run(rounds=2)
+    kd = result.history.column("client_kd_loss") if "client_kd_loss" in result.history.rows[0] else None
+    rows = result.history.rows
+    assert rows[0]["bytes_down"] == 0 and rows[1]["bytes_down"] > 0
+    if kd is not None:
+        assert kd[0] == 0 and kd[1] > 0
+
+
+# ---- bad input ----
+
+def test_mismatched_feature_shapes_are_refused_naming_the_shapes():
+    a = FeaturePacket(client_id=0, sample_ids=torch.arange(2), features=torch.zeros(2, 4, 8, 8),
+                      logits=torch.zeros(2, 3), labels=torch.zeros(2, dtype=torch.long))
+    b = FeaturePacket(client_id=1, sample_ids=torch.arange(2), features=torch.zeros(2, 8, 4, 4),
+                      logits=torch.zeros(2, 3), labels=torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ConfigError, match=r"client 1 uploaded features of shape \(8, 4, 4\); client 0 uploaded "
+                                          r"\(4, 8, 8\)"):
+        check_feature_shapes([a, b])
+
+
+def test_server_logits_for_unknown_sample_ids_are_refused():
+    with pytest.raises(ConfigError, match=r"client 2 received server logits for sample ids \[7, 9\]"):
+        teacher_lookup(2, torch.tensor([1, 7, 9]), torch.zeros(3, 2), torch.tensor([1, 2, 3]))
+
+
+def test_a_cut_that_leaves_no_classifier_is_refused():
+    with pytest.raises(ConfigError, match="cut='fc' leaves no classifier"):
+        edge_resnet(num_classes=4, width=4, cut="fc")
+    with pytest.raises(ConfigError, match="cut='layer9' is not a stage"):
+        edge_resnet(num_classes=4, width=4, cut="layer9")
+
+
+@pytest.mark.parametrize("p", [0.0, 1.5, -0.1])
+def test_p_outside_zero_one_is_refused(p):
+    with pytest.raises(ConfigError, match=f"p={p}"):
+        fedcore.get("p-group")(p=p)
+
+
+def test_more_groups_than_classes_is_refused():
+    train, test = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
+    pipe = fedcore.recipe("fedvkd", partition={"name": "p-group", "num_groups": 5})
+    with pytest.raises(ConfigError, match="num_groups=5 is more than the 4 classes"):
+        pipe.run(model=fedvkd_model(**MICRO), train=train, test=test, num_clients=5, rounds=1, seed=0)
+
+
+# ---- the p-group partition ----
+
+def _partition(p, seed=0, n=4000, clients=10):
+    from fedcore.testing import ContractFixture, build_engine
+
+    ds = synth_patterns_dataset(n=n, n_test=10, num_classes=10, size=8)
+    fx = ContractFixture(data_factory=lambda: ds, num_clients=clients, seed=seed)
+    engine = build_engine([PGroupPartition(p=p)], fx)
+    return engine.run_ctx.partition.train, ds[0].y.numpy()
+
+
+def test_p_group_statistics():
+    parts, labels = _partition(0.2)
+    flat = sorted(i for part in parts for i in part)
+    assert flat == list(range(len(labels)))  # each sample exactly once
+    # 10 clients, 10 groups: one client per group; the share of a client's data from its dominant class ~ p
+    shares = [np.bincount(labels[list(part)], minlength=10).max() / len(part) for part in parts]
+    assert abs(np.mean(shares) - 0.2) < 0.03
+    iid, _ = _partition(0.1)
+    hist = np.array([np.bincount(labels[list(part)], minlength=10) / len(part) for part in iid])
+    assert np.abs(hist - 0.1).max() < 0.06
+    again, _ = _partition(0.2)
+    assert again == parts
+
+
+# ---- costs at paper scale (spec 002 Sec. 4.4, +-2 %) ----
+
+def test_costs_at_paper_scale_match_the_spec():
+    cifar = paper_models("cifar")
+    assert forward_macs(cifar["extractor"], (3, 32, 32)) / 1e9 == pytest.approx(0.153, rel=0.02)
+    assert forward_macs(cifar["edge"], (3, 32, 32)) / 1e9 == pytest.approx(0.555, rel=0.02)
+    assert num_params(cifar["edge"]) / 1e6 == pytest.approx(11.17, rel=0.02)
+    vit = forward_macs(cifar["vit_server"], (64, 32, 32)) / 1e9
+    assert vit == pytest.approx(5.69 + 0.05, rel=0.02)
+    assert sum(num_params(b) for b in cifar["vit_server"].blocks) / 1e6 == pytest.approx(85.06, rel=0.02)
+    assert forward_macs(cifar["resnet109"], (64, 32, 32)) / 1e9 == pytest.approx(0.167, rel=0.02)
+    assert num_params(cifar["resnet109"]) / 1e6 == pytest.approx(1.15, rel=0.02)
+    ratio = forward_macs(cifar["fedavg_vit"], (3, 32, 32)) / forward_macs(cifar["edge"], (3, 32, 32))
+    assert ratio == pytest.approx(10.6, rel=0.03)
+    imagenet = paper_models("imagenet")
+    assert forward_macs(imagenet["edge"], (3, 224, 224)) / 1e9 == pytest.approx(1.814, rel=0.02)
+    assert forward_macs(imagenet["vit_server"], (64, 56, 56)) / 1e9 == pytest.approx(17.54 + 0.15, rel=0.02)
+    assert forward_macs(imagenet["resnet109"], (64, 56, 56)) / 1e9 == pytest.approx(0.511, rel=0.02)
+
+
+# ---- resume ----
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    from fedcore.engine.checkpoint import Checkpointer
+    from fedcore.engine.loop import Engine
+
+    class Stop(Exception):
+        pass
+
+    train, test = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
+
+    def make(checkpoint=None):
+        torch.manual_seed(0)
+        return Engine(fedcore.recipe("fedvkd", aggregate={"epochs": 1}), model=fedvkd_model(**MICRO), train=train,
+                      test=test, num_clients=3, rounds=3, seed=1, checkpoint=checkpoint)
+
+    full = make().run()
+    first = make(Checkpointer(tmp_path, every=1))
+
+    def crash(record):
+        if record["round"] == 1:
+            raise Stop
+
+    first.on_round = crash
+    with pytest.raises(Stop):
+        first.run()
+    resumed = make(Checkpointer(tmp_path, every=1, resume=True)).run()
+    assert resumed.history.comparable() == full.history.comparable()
+    for (k, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert resumed.ledger.to_rows() == full.ledger.to_rows()
+
+
+def test_edge_init_is_independent_per_client_and_seeded():
+    result = micro_run(rounds=1)
+    states = result.run.client_states
+    w0, w1 = (states[c].tensors["edge.extractor.0.weight"] for c in (0, 1))
+    assert not torch.equal(w0, w1)
+    assert derive_seed(0, "edge-init", 0) != derive_seed(0, "edge-init", 1)
+
+
+def test_asynchronous_operation_records_staleness():
+    from fedcore.runtime import SimClock
+
+    clock = {"clock": SimClock(default_profile="phone"), "profiles": ["watch", "phone", "laptop"]}
+    result = micro_run(rounds=4, run_kwargs=clock, schedule={"name": "async", "concurrency": 2},
+                       aggregate={"epochs": 1})
+    rows = result.history.rows
+    assert all(r["agg_clients"] == 1.0 for r in rows)  # the server trains on each arriving packet
+    assert max(r.get("max_staleness") or 0 for r in rows) >= 1  # packets made on an older server version arrived
+    assert all("agg_staleness_max" in r for r in rows)  # the server trainer records what it trained on
+    assert all(math.isfinite(r["test_accuracy"]) for r in rows)
