@@ -5,6 +5,8 @@
     fedcore describe NAME [--json]           (a component, recipe, dataset, model, executor or config table)
     fedcore plugins [-v]
     fedcore report RUN_DIR [RUN_DIR ...] [--out DIR] [--metric KEY]
+    fedcore sweep CONFIG.toml [--grid KEY=A,B ...] [--seeds N] [--jobs N | --ray] [--out DIR] [--resume DIR]
+    fedcore report SWEEP_DIR [--baseline SETTING] [--metric KEY]
 
 Mistakes in what the user typed (config, names, settings, paths) print one line,
 ``fedcore: error: ...``, and exit with status 2 before any work starts.
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
     top = _Parser(prog="fedcore", description="Run federated / split / collaborative training experiments.")
     top.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
-    sub = top.add_subparsers(dest="command", metavar="{run,describe,plugins,report}")
+    sub = top.add_subparsers(dest="command", metavar="{run,sweep,describe,plugins,report}")
 
     run = sub.add_parser("run", help="run a pipeline described in a TOML config", description=(
         "Run a pipeline described in TOML. Progress is live on a terminal and one line per round otherwise; "
@@ -65,10 +67,31 @@ def _parser() -> argparse.ArgumentParser:
                              help="list installed plugins, their components and slots, recipes, and failures")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show full tracebacks of failed plugins")
 
-    report = sub.add_parser("report", help="summary table and plots of one or several run directories")
-    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    sweep = sub.add_parser("sweep", help="run a grid of settings x seeds, each cell a run directory", description=(
+        "Run every (setting, seed) cell of a sweep: a config's [sweep] table and/or --grid/--seeds. Each cell is a "
+        "run directory SWEEP_DIR/<setting>/seed-<n>; running the same sweep again skips finished cells and resumes "
+        "cells cut short. Summarise with fedcore report SWEEP_DIR."))
+    sweep.add_argument("config", nargs="?", help="CONFIG.toml (optional with --resume: the sweep's own sweep.toml)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=A,B",
+                       help="sweep a config key over comma-separated TOML values: "
+                       "--grid pipeline.local_update.lr=0.05,0.1")
+    sweep.add_argument("--seeds", type=int, metavar="N", help="run seeds 0..N-1 (replaces sweep.seeds)")
+    sweep.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a value of the base config, as in fedcore run")
+    sweep.add_argument("--out", metavar="DIR", help="sweep directory (default: runs/<name>-sweep)")
+    sweep.add_argument("--resume", metavar="DIR", help="continue the sweep in DIR: finished cells are skipped")
+    sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="cells run at once, each in its own process")
+    sweep.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="run cells as Ray tasks (a local Ray with --jobs CPUs, or the cluster at ADDRESS)")
+    sweep.add_argument("--baseline", metavar="SETTING", help="the setting others are paired against in the report")
+    sweep.add_argument("--report", action="store_true", help="print and write the statistics when the sweep ends")
+
+    report = sub.add_parser("report", help="summary table and plots of run directories, or statistics of a sweep")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR|SWEEP_DIR")
     report.add_argument("--out", metavar="DIR", help="where plots go (default: RUN_DIR/report, or runs/report-A-vs-B)")
     report.add_argument("--metric", help="the accuracy key to plot (default: test_accuracy or the first *accuracy)")
+    report.add_argument("--baseline", metavar="SETTING",
+                        help="a sweep's setting the others are compared with, paired by seed (default: its first)")
     return top
 
 
@@ -185,8 +208,10 @@ def _describe_config(args: argparse.Namespace) -> int:
     import tomli_w
 
     from fedcore.experiment.build import plan
-    from fedcore.experiment.config import load_config
+    from fedcore.experiment.config import load_config, read_toml
 
+    if "sweep" in read_toml(args.config):
+        return _describe_sweep(args)
     p = plan(load_config(args.config, args.sets))
     manifest = p.pipeline.describe()
     if args.json:
@@ -212,6 +237,33 @@ def _describe_config(args: argparse.Namespace) -> int:
             origin += " (default)"
         settings = ", ".join(f"{k}={v!r}" for k, v in row["settings"].items())
         table.add_row(role, row["name"] or row["class"], origin, settings)
+    console.print(table)
+    return 0
+
+
+def _describe_sweep(args: argparse.Namespace) -> int:
+    """A config with a ``[sweep]`` table: every cell checked (nothing runs), the settings and seeds listed."""
+    from fedcore.experiment.sweep_spec import load_sweep_spec
+
+    spec = load_sweep_spec(args.config, sets=args.sets)
+    cells = spec.cells()
+    settings = spec.settings()
+    if args.json:
+        print(json.dumps({"name": spec.name, "seeds": spec.seeds, "baseline": spec.baseline_label(),
+                          "settings": [{"label": s.label, "dir": s.dirname, "values": s.values} for s in settings],
+                          "cells": [c.dirname for c in cells]}, indent=2, default=str))
+        return 0
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]sweep {spec.name}[/bold]: {len(settings)} settings x {len(spec.seeds)} seeds = "
+                  f"{len(cells)} cells, every one checked; baseline {spec.baseline_label()!r}", markup=True)
+    table = Table(title=f"settings (seeds {', '.join(map(str, spec.seeds))})")
+    for col in ("setting", "directory", "sets"):
+        table.add_column(col)
+    for setting in settings:
+        table.add_row(setting.label, setting.dirname,
+                      ", ".join(f"{k} = {v!r}" for k, v in setting.values.items()) or "-")
     console.print(table)
     return 0
 
@@ -267,11 +319,57 @@ def _report(paths: Sequence[str | Path], out: str | None, metric: str | None) ->
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from fedcore.experiment.sweep_spec import is_sweep_dir
+
+    if any(is_sweep_dir(p) for p in args.runs):
+        if len(args.runs) != 1:
+            raise _config_error("report: give one sweep directory at a time")
+        _sweep_report(args.runs[0], args.out, args.metric, args.baseline)
+        return 0
+    if args.baseline:
+        raise _config_error("report: --baseline applies to a sweep directory")
     _report(args.runs, args.out, args.metric)
     return 0
 
 
-COMMANDS = {"run": cmd_run, "describe": cmd_describe, "plugins": cmd_plugins, "report": cmd_report}
+def _sweep_report(directory: str | Path, out: str | None, metric: str | None, baseline: str | None) -> None:
+    from fedcore.experiment.sweep_report import write_sweep_report
+
+    stats, files = write_sweep_report(directory, out, metric=metric, baseline=baseline)
+    stats.print(_console())
+    print(f"report written to {files[0].parent}/: " + ", ".join(f.name for f in files))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from fedcore.experiment.sweep_run import run_sweep
+    from fedcore.experiment.sweep_spec import SPEC
+
+    config, out = args.config, args.out
+    if args.resume:
+        if out and Path(out) != Path(args.resume):
+            raise _config_error("--resume continues the sweep in its own directory; drop --out")
+        if config is None:
+            if not (Path(args.resume) / SPEC).is_file():
+                raise _config_error(f"--resume {args.resume}: not a fedcore sweep directory (no {SPEC})")
+            config = Path(args.resume) / SPEC
+        out = args.resume
+    if config is None:
+        raise _config_error("give a CONFIG.toml to sweep (or --resume SWEEP_DIR)")
+    outcome = run_sweep(config, grid=args.grid, seeds=args.seeds, sets=args.sets, out=out, jobs=args.jobs,
+                        ray=args.ray is not None, ray_address=args.ray or None, baseline=args.baseline,
+                        report=print)
+    counts = {state: sum(c.state == state for c in outcome.cells) for state in ("finished", "skipped", "failed")}
+    print(f"sweep: {counts['finished']} cells run, {counts['skipped']} already finished, {counts['failed']} failed")
+    print(f"sweep directory: {outcome.directory}")
+    if args.report:
+        _sweep_report(outcome.directory, None, None, args.baseline)
+    else:
+        print(f"report: fedcore report {outcome.directory}")
+    return EXIT_FAILED if outcome.failed else 0
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "describe": cmd_describe, "plugins": cmd_plugins,
+            "report": cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
     from fedcore.experiment import load_config, prepare, run_experiment
     outcome = run_experiment(prepare("examples/fedavg_dirichlet.toml", ["rounds=3"]), out="runs/try")
+    table = run_sweep("examples/fedavg_iid.toml", grid=["pipeline.local_update.lr=0.05,0.1"], seeds=3).statistics()
 
 The ``fedcore`` command (:mod:`fedcore.cli`) is a thin layer over this package.
 """
@@ -9,6 +10,9 @@ from fedcore.experiment.build import Materials, Plan, materialize, plan
 from fedcore.experiment.config import load_config, register_table
 from fedcore.experiment.report import load_runs, write_report
 from fedcore.experiment.runner import Outcome, prepare, run_experiment
+from fedcore.experiment.sweep_report import SweepStatistics, sweep_statistics, write_sweep_report
+from fedcore.experiment.sweep_run import SweepOutcome, run_sweep
 
-__all__ = ["Materials", "Outcome", "Plan", "load_config", "load_runs", "materialize", "plan", "prepare",
-           "register_table", "run_experiment", "write_report"]
+__all__ = ["Materials", "Outcome", "Plan", "SweepOutcome", "SweepStatistics", "load_config", "load_runs",
+           "materialize", "plan", "prepare", "register_table", "run_experiment", "run_sweep", "sweep_statistics",
+           "write_report", "write_sweep_report"]

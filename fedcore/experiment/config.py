@@ -227,6 +227,12 @@ def parse_set(text: str) -> tuple[list[str], Any]:
 def apply_set(config: dict[str, Any], text: str) -> None:
     """Apply one ``--set``; a component given by name becomes a table when a setting is set under it."""
     path, value = parse_set(text)
+    set_value(config, path, value, text=text)
+
+
+def set_value(config: dict[str, Any], path: Sequence[str], value: Any, *, text: str | None = None) -> None:
+    """Set ``value`` (a TOML value) at the dotted ``path`` as ``--set`` does; ``text`` names it in errors."""
+    text = text if text is not None else ".".join(path)
     node: Any = config
     for i, part in enumerate(path[:-1]):
         where = ".".join(path[: i + 1])

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedcore.experiment.report import RunRecord
+    from fedcore.experiment.statistics import Spread
 
 XOf = Callable[[Mapping[str, Any]], Any]
 """The x value of a history row (round, bytes, time), or None to skip the row."""
@@ -117,6 +118,60 @@ def participation(runs: Sequence[RunRecord], out: Path) -> Path | None:
         right.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     path = out / "participation.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def band_vs_round(groups: Mapping[str, Sequence[RunRecord]], metric: str, out: Path) -> Path | None:
+    """Per setting of a sweep: the mean over seeds against rounds, with a band of ± one standard deviation."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.4), dpi=120)
+    drawn = 0
+    for label, runs in groups.items():
+        curves = [dict(zip(*_series(r.rows, lambda row: row.get("round", -1) + 1, metric))) for r in runs]
+        rounds = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if not rounds:
+            continue
+        values = np.array([[c[x] for x in rounds] for c in curves])
+        mean, std = values.mean(axis=0), values.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(len(rounds))
+        line = ax.plot(rounds, mean, marker="o" if len(rounds) <= 30 else None, markersize=3.5, linewidth=1.8,
+                       label=f"{label} (n={len(curves)})")[0]
+        ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("round (aggregations done)")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_title(f"{metric} vs round: mean over seeds ± std")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8, frameon=True)
+    fig.tight_layout()
+    path = out / "sweep_accuracy_vs_round.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def final_with_intervals(spreads: Sequence[tuple[str, Spread | None]], metric: str, out: Path) -> Path | None:
+    """Per setting of a sweep: the final metric's mean with its 95% interval (t, over seeds)."""
+    plt = _pyplot()
+    shown = [(label, s) for label, s in spreads if s is not None]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(shown) + 2.0), 4.4), dpi=120)
+    for i, (_, s) in enumerate(shown):
+        err = None if s.low is None or s.high is None else [[s.mean - s.low], [s.high - s.mean]]
+        ax.errorbar([i], [s.mean], yerr=err, fmt="o", capsize=6, markersize=7, linewidth=1.8, color="tab:blue")
+    ax.set_xticks(range(len(shown)), [label for label, _ in shown], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(f"final {metric.replace('_', ' ')}")
+    ax.set_title(f"final {metric}: mean and 95% interval over seeds")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "sweep_final.png"
     fig.savefig(path)
     plt.close(fig)
     return path

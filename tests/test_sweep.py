@@ -1,0 +1,225 @@
+"""``fedcore sweep`` and ``fedcore report SWEEP_DIR``: cells are real run directories, a killed sweep resumes
+without redoing finished cells, and the statistics are those of the cells' own metrics."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedcore.cli import main
+from fedcore.errors import ConfigError
+from fedcore.experiment import run_sweep, sweep_statistics
+from fedcore.experiment.statistics import paired, spread
+from fedcore.experiment.sweep_spec import load_sweep_spec
+
+CONFIG = textwrap.dedent("""
+    name = "tiny"
+    rounds = 3
+    num_clients = 3
+    dataset = { name = "synthetic", n = 120, n_test = 60, noise = 1.5 }
+    model = { name = "tiny-mlp", hidden = 16 }
+
+    [pipeline]
+    partition = "iid"
+    local_update = { name = "sgd", lr = 0.05 }
+
+    [sweep]
+    seeds = 3
+    baseline = "lr=0.05"
+    [sweep.grid]
+    "pipeline.local_update.lr" = [0.05, 0.3]
+    """)
+
+
+def final(run_dir, key="test_accuracy"):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return rows[-1][key]
+
+
+def comparable(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if "wall" not in k} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    config = root / "tiny.toml"
+    config.write_text(CONFIG)
+    assert main(["sweep", str(config), "--out", str(root / "out")]) == 0
+    return config, root / "out"
+
+
+def test_each_cell_is_the_run_fedcore_run_gives(swept, tmp_path, capsys):
+    config, out = swept
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["lr=0.05", "lr=0.3"]
+    cell = out / "lr=0.3" / "seed-2"
+    assert json.loads((cell / "status.json").read_text())["state"] == "finished"
+    plain = tmp_path / "plain"
+    base = config.read_text().split("[sweep]")[0]
+    (tmp_path / "plain.toml").write_text(base)
+    assert main(["run", str(tmp_path / "plain.toml"), "--out", str(plain), "--progress", "none",
+                 "--set", "seed=2", "--set", "pipeline.local_update.lr=0.3"]) == 0
+    assert comparable(cell) == comparable(plain)
+    assert final(out / "lr=0.3" / "seed-0") != final(out / "lr=0.3" / "seed-1")  # the seed is the cell's
+    # the cell's own config repeats it: a normal run directory
+    again = tmp_path / "again"
+    assert main(["run", str(cell / "config.toml"), "--out", str(again), "--progress", "none"]) == 0
+    assert comparable(again) == comparable(cell)
+
+
+def test_report_gives_the_statistics_of_the_cells(swept, tmp_path, capsys):
+    _, out = swept
+    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    text = capsys.readouterr().out
+    assert "lr=0.05" in text and "(baseline)" in text and "Wilcoxon p" in text
+    base = [final(out / "lr=0.05" / f"seed-{s}") for s in range(3)]
+    other = [final(out / "lr=0.3" / f"seed-{s}") for s in range(3)]
+    table = json.loads((tmp_path / "rep" / "statistics.json").read_text())
+    assert table["baseline"] == "lr=0.05" and table["metric"] == "test_accuracy"
+    row0, row1 = table["settings"]
+    assert row0["mean"] == pytest.approx(np.mean(base)) and row0["std"] == pytest.approx(np.std(base, ddof=1))
+    half = stats.t.ppf(0.975, 2) * np.std(base, ddof=1) / np.sqrt(3)
+    assert row0["ci95_low"] == pytest.approx(np.mean(base) - half)
+    assert row1["diff_vs_baseline"] == pytest.approx(np.mean(other) - np.mean(base))
+    assert row1["t_p"] == pytest.approx(stats.ttest_rel(other, base).pvalue)
+    assert row1["wilcoxon_p"] == pytest.approx(stats.wilcoxon(other, base).pvalue)
+    md = (tmp_path / "rep" / "statistics.md").read_text()
+    assert md.startswith("| setting | seeds | test_accuracy mean ± std") and "| lr=0.3 | 3 |" in md
+    assert (tmp_path / "rep" / "statistics.csv").read_text().startswith("setting,n,mean,std,ci95_low")
+    from matplotlib.image import imread
+
+    for name in ("sweep_accuracy_vs_round.png", "sweep_final.png"):
+        assert np.std(imread(str(tmp_path / "rep" / name))) > 0.05, f"{name} looks blank"
+    # another baseline, named by a part of its label
+    assert main(["report", str(out), "--out", str(tmp_path / "rep2"), "--baseline", "lr=0.3"]) == 0
+    again = json.loads((tmp_path / "rep2" / "statistics.json").read_text())
+    assert again["settings"][0]["diff_vs_baseline"] == pytest.approx(-row1["diff_vs_baseline"])
+
+
+def test_running_a_finished_sweep_again_redoes_nothing(swept, capsys):
+    config, out = swept
+    metrics = out / "lr=0.05" / "seed-0" / "metrics.jsonl"
+    before = metrics.stat().st_mtime_ns
+    assert main(["sweep", "--resume", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "0 cells run, 6 already finished, 0 failed" in text
+    assert metrics.stat().st_mtime_ns == before
+
+
+def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path):
+    config = tmp_path / "slow.toml"
+    config.write_text(CONFIG.replace("rounds = 3", "rounds = 8").replace(
+        '"sgd", lr = 0.05 }', '"sgd", lr = 0.05, epochs = 20, batch_size = 8 }').replace("seeds = 3", "seeds = 2"))
+    reference = run_sweep(config, out=tmp_path / "reference")
+    assert [c.state for c in reference.cells] == ["finished"] * 4
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "fedcore.cli", "sweep", str(config), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    second = out / "lr=0.05" / "seed-1" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if second.exists() and len(second.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it could be killed; give it more work"
+    first = out / "lr=0.05" / "seed-0"
+    assert json.loads((first / "status.json").read_text())["state"] == "finished"
+    assert json.loads((second.parent / "status.json").read_text())["state"] == "running"
+    stamp = (first / "metrics.jsonl").stat().st_mtime_ns, (first / "status.json").read_bytes()
+
+    resumed = subprocess.run([sys.executable, "-m", "fedcore.cli", "sweep", "--resume", str(out), "--jobs", "2"],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert "lr=0.05/seed-0: skipped" in resumed.stdout and "1 already finished" in resumed.stdout
+    assert ((first / "metrics.jsonl").stat().st_mtime_ns, (first / "status.json").read_bytes()) == stamp
+    status = json.loads((second.parent / "status.json").read_text())
+    assert status["state"] == "finished" and status["resumed_from"].startswith("round-")
+    for cell in reference.cells:  # resumed in child processes, two at a time: the same numbers
+        assert comparable(out / cell.run_dir.relative_to(reference.directory)) == comparable(cell.run_dir)
+
+
+def test_python_api_runs_a_sweep_and_returns_its_statistics(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG.split("[sweep]")[0])
+    outcome = run_sweep(config, grid=["pipeline.local_update.lr=0.05,0.3"], seeds=2, out=tmp_path / "s",
+                        baseline="lr=0.3")
+    table = outcome.statistics()
+    assert table.baseline == "lr=0.3" and [s.label for s in table.settings] == ["lr=0.05", "lr=0.3"]
+    assert table.get("lr=0.05").values == {s: final(tmp_path / "s" / "lr=0.05" / f"seed-{s}") for s in (0, 1)}
+    assert sweep_statistics(tmp_path / "s", metric="test_loss").metric == "test_loss"
+
+
+def test_variants_cross_the_grid(tmp_path):
+    config = tmp_path / "v.toml"
+    config.write_text(CONFIG.replace('[sweep]\nseeds = 3\nbaseline = "lr=0.05"', textwrap.dedent("""
+        [sweep]
+        seeds = [4]
+        baseline = "momentum lr=0.05"
+        [sweep.variants]
+        plain = {}
+        momentum = { "pipeline.local_update.momentum" = 0.9 }""")))
+    spec = load_sweep_spec(config)
+    assert [s.label for s in spec.settings()] == ["plain lr=0.05", "plain lr=0.3", "momentum lr=0.05",
+                                                  "momentum lr=0.3"]
+    cells = spec.cells()
+    assert [c.seed for c in cells] == [4] * 4 and cells[2].dirname == "momentum,lr=0.05/seed-4"
+    assert cells[2].config["pipeline"]["local_update"]["momentum"] == 0.9
+    assert cells[0].config["pipeline"]["local_update"]["momentum"] == 0.0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--grid", "seed=1,2"], "'seed' cannot be swept here; use sweep.seeds"),
+    (["--grid", "pipeline.local_update.lr"], "expected KEY=VALUE,VALUE"),
+    (["--seeds", "0"], "--seeds = 0: give at least one seed"),
+    (["--baseline", "lr=9"], "sweep baseline 'lr=9' is not a setting; choices: 'lr=0.05', 'lr=0.3'"),
+    (["--grid", "pipeline.local_update.lr=0.1,oops", "--baseline", "lr=0.1"], "sweep cell 'lr=oops' seed 0:"),
+])
+def test_bad_sweeps_are_one_line_errors_before_any_work(tmp_path, capsys, extra, message):
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    assert main(["sweep", str(config), "--out", str(tmp_path / "s"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_directory_holding_another_sweep_is_refused(swept, capsys):
+    config, out = swept
+    assert main(["sweep", str(config), "--out", str(out), "--set", "rounds=2"]) == 2
+    assert "holds a run with another config" in capsys.readouterr().err
+
+
+def test_statistics_match_scipy_and_handle_degenerate_pairs():
+    s = spread([0.5, 0.7, 0.6])
+    assert s.mean == pytest.approx(0.6) and s.std == pytest.approx(0.1)
+    assert (s.low, s.high) == pytest.approx(stats.t.interval(0.95, 2, loc=0.6, scale=0.1 / np.sqrt(3)))
+    assert spread([0.3]).std is None
+    same = paired({0: 0.5, 1: 0.6}, {0: 0.5, 1: 0.6})
+    assert same.mean_diff == 0 and same.t_p is None and same.wilcoxon_p == 1.0
+    shifted = paired({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.6, 1: 0.7, 2: 0.8, 3: 0.1})
+    assert shifted.n == 3 and shifted.mean_diff == pytest.approx(0.1) and shifted.t_p is None
+    assert paired({0: 0.5}, {1: 0.5}) is None
+
+
+def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path):
+    ray = pytest.importorskip("ray")
+    config, out = swept
+    started = not ray.is_initialized()
+    try:
+        on_ray = run_sweep(config, seeds=[1], out=tmp_path / "ray", ray=True, jobs=2)
+    finally:
+        if started:
+            ray.shutdown()
+    assert [c.state for c in on_ray.cells] == ["finished", "finished"]
+    for cell in on_ray.cells:
+        assert comparable(cell.run_dir) == comparable(out / cell.run_dir.relative_to(on_ray.directory))
