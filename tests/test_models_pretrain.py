@@ -91,3 +91,52 @@ def test_micro_vit_pretrained_refuses_a_data_set_with_other_classes(cache, capsy
     code, err, _ = _run(cache, "bad", capsys, classes="seed = 0")
     assert code == 2 and err.count("\n") == 1
     assert "num_classes = 10 but target_classes [5, 6, 7, 8, 9] has 5" in err
+
+
+BUILD = """
+import sys, torch
+from fedcore.models.pretrain import pretrain
+torch.set_num_threads(int(sys.argv[1]))
+_, info = pretrain("tiny-mlp", epochs=2, seed=3)
+assert torch.get_num_threads() == int(sys.argv[1]), "the caller's thread count was not restored"
+print(info["path"])
+"""
+
+
+def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path):
+    """Each build in its own process with its own thread count (before the fix these weights differed)."""
+    import os
+    import subprocess
+    import sys
+
+    files = []
+    for threads in (1, 2):
+        env = dict(os.environ, FEDCORE_CACHE=str(tmp_path / f"t{threads}"))
+        out = subprocess.run([sys.executable, "-c", BUILD, str(threads)], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        files.append(out.stdout.strip().splitlines()[-1])
+    assert files[0].rsplit("/", 1)[-1] == files[1].rsplit("/", 1)[-1]  # one cache key
+    from pathlib import Path
+
+    assert Path(files[0]).read_bytes() == Path(files[1]).read_bytes()
+
+
+def test_a_cache_from_before_deterministic_builds_is_never_read(cache):
+    """Format 1 files were built with whatever thread count the process had: their key no longer matches."""
+    import hashlib
+    import json
+
+    from safetensors.torch import save_file
+
+    old = {"model": "tiny-mlp", "source_classes": [0, 1, 2, 3, 4], "epochs": 1, "lr": 2e-3, "batch_size": 64,
+           "seed": 0, "model_kwargs": {}, "format": 1}
+    key = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    stale = cache_root() / f"tiny-mlp-{key}.safetensors"
+    stale.parent.mkdir(parents=True)
+    net, _ = pretrain("tiny-mlp", epochs=1, cache=False)
+    save_file({k: torch.zeros_like(v) for k, v in net.state_dict().items()}, str(stale))
+    stale.with_suffix(".json").write_text(json.dumps({**old, "source_accuracy": 0.0}))
+    again, info = pretrain("tiny-mlp", epochs=1)
+    assert info["path"] != str(stale) and info["format"] == 2 and info["build_threads"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), again.state_dict().values()))

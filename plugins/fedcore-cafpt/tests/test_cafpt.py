@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -48,16 +49,42 @@ def run(pipe, out_dir=None):
     return pipe.run(model=model, train=train, test=test, num_clients=3, rounds=2, seed=0, out_dir=out_dir)
 
 
-def test_random_selection_equals_promptfl_bit_for_bit():
-    a = run(pipeline()).history.comparable()
-    b = run(pipeline(CaFPT(shots=2, select="random"))).history.comparable()
-    assert a == b
+@attrs.frozen(eq=False, kw_only=True)
+class GivenSelection:
+    """Each client's data narrowed to a fixed subset of its pool, with no scoring: PromptFL on that data."""
+
+    selections: dict
+
+    @fedcore.hookimpl
+    def fedcore_select_data(self, client, indices, dataset, share, state, ctx):
+        return self.selections[client.id]
 
 
-def test_pvi_selection_on_a_pool_of_exactly_n_equals_promptfl():
-    a = run(pipeline()).history.comparable()
-    b = run(pipeline(CaFPT(shots=2, pvi_epochs=1, lr=0.05))).history.comparable()
-    assert a == b
+def _selection_is_promptfl_on_the_selected_data(cafpt):
+    """On a pool of 3N per class, CaFPT keeps N per class, and the run equals PromptFL trained on exactly that data
+    bit for bit: CaFPT and PromptFL differ only in the data (scoring draws no random number training uses)."""
+    res = run(pipeline(cafpt, pool_multiplier=3))
+    selections = {cid: state.stash[SELECTION] for cid, state in res.run.client_states.items()}
+    train, _ = data()
+    for cid, sel in selections.items():
+        pool = res.run.partition.pool[cid]
+        assert set(sel) < set(pool) and len(sel) == len(pool) // 3, "selection kept N of the 3N per class"
+        assert all(n == 2 for n in np.bincount(train.y[list(sel)].numpy()) if n)
+    reference = run(pipeline(GivenSelection(selections=selections), pool_multiplier=3))
+    assert res.history.comparable() == reference.history.comparable()
+    whole_pool = run(pipeline(pool_multiplier=3))
+    assert res.history.comparable() != whole_pool.history.comparable(), "the selection changed nothing"
+    return selections
+
+
+def test_random_selection_equals_promptfl_on_the_selected_data_bit_for_bit():
+    _selection_is_promptfl_on_the_selected_data(CaFPT(shots=2, select="random"))
+
+
+def test_pvi_selection_equals_promptfl_on_the_selected_data_bit_for_bit():
+    pvi = _selection_is_promptfl_on_the_selected_data(CaFPT(shots=2, pvi_epochs=1, lr=0.05))
+    rng = run(pipeline(CaFPT(shots=2, select="random"), pool_multiplier=3))
+    assert pvi != {cid: s.stash[SELECTION] for cid, s in rng.run.client_states.items()}, "PVI picked at random"
 
 
 def test_selection_is_top_n_per_class_cached_and_saved(tmp_path):

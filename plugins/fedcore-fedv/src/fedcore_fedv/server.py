@@ -77,7 +77,8 @@ class FedVServer(ServerRule):
         session.scratch["queried"] = session.steps
         who = "shared" if self.shared_direction else session.client_id
         seed = derive_seed(self.seed, "fedvz", self.round, who, session.steps)
-        params = {n: p.detach() for n, p in session.segment.named_parameters()}
+        # only the parameters the step updates: finish() regenerates z over exactly these, in this order
+        params = {n: p.detach() for n, p in session.segment.named_parameters() if p.requires_grad}
         seeds = self.spsa.seeds(seed)
         points = [pt for s in seeds for pt in self.spsa.points(params, s)]
         if self.spsa.estimator == "forward":

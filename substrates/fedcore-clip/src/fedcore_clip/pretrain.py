@@ -22,13 +22,13 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from fedcore.models import cache_root, write_cached
+from fedcore.models import cache_root, deterministic_build, write_cached
 from fedcore_clip.backbone import TINY, FrozenCLIP, create_clip, get_tokenizer
 
 
 def _settings(dataset: str, steps: int, batch_size: int, lr: float, seed: int, n_per_class: int) -> dict[str, Any]:
     out = {"arch": TINY, "dataset": dataset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-           "format": 1}
+           "format": 2}  # 2: built under deterministic_build (one thread); format 1 depended on the thread count
     if n_per_class != 200:
         out["n_per_class"] = n_per_class
     return out
@@ -72,7 +72,7 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
         else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     g = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), deterministic_build():
         torch.manual_seed(seed)
         for step in range(steps):
             pos = torch.randint(0, len(data), (batch_size,), generator=g)
@@ -100,8 +100,9 @@ def pretrain_tiny_clip(dataset: str = "shapes", *, steps: int = 1500, batch_size
                 logit_scale=float(frozen.logit_scale()),
                 note="tiny open_clip CLIP pre-trained by fedcore on captioned "
                      f"{dataset}; no external weights")
-    for split, ds in (("pretrain", data), ("downstream_test", downstream(dataset, seed=seed)[1])):
-        info[f"zero_shot_{split}"] = zero_shot_accuracy(frozen, ds, dataset)
+    with deterministic_build():
+        for split, ds in (("pretrain", data), ("downstream_test", downstream(dataset, seed=seed)[1])):
+            info[f"zero_shot_{split}"] = zero_shot_accuracy(frozen, ds, dataset)
     if cache:
         write_cached(path, model.state_dict(), info)
     return frozen, info
