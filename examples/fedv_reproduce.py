@@ -7,10 +7,17 @@ paired per-client test splits (FedV App. 0.A.1). Every method starts from the sa
 except "FedAvg (scratch)", the paper's kind of FL baseline (same micro ViT, random init);
 FedV/FedVZ cut after the patch embedding and keep LayerNorm + classifier on the client.
 
-    nice python examples/fedv_reproduce.py --out runs/fedv-e5           # ~13 min wall on a loaded 2-core box, 1 thread
-    nice python examples/fedv_reproduce.py --out runs/fedv --epochs 2 --pretrain-epochs 40   # ~10 min
+    nice python examples/fedv_reproduce.py --out runs/fedv --readme     # seeds 0-2; ~13 min wall per seed, 1 thread
 
-Writes ``results.json``, ``results.md`` and ``fedv_reproduce.png`` (accuracy per round, reconstructions).
+Each seed re-draws the partition, the heads and every shuffle (the pre-trained encoder is the same cached
+one). Accuracy is mean ± std over seeds; FedV and FedVZ are compared, per seed, with the frozen-encoder
+control (the same pipeline with ``lr_server=0``: what the pre-trained encoder gives without any federated
+encoder training) and with each other (paired t test and Wilcoxon). The FedAvg rows are scored two ways:
+the global model on each client's test split, and each client's local model (the global model after the
+client's own local update), which is how the paper scores its FedAvg baseline.
+
+Writes ``results.json``, ``results.md`` and ``fedv_reproduce.png`` (accuracy per round, reconstructions) and,
+with ``--readme``, the tables into the plugin README.
 """
 from __future__ import annotations
 
@@ -24,11 +31,16 @@ import torch
 from fedcore import Pipeline
 from fedcore.builtin import DirichletPartition, FedAvg, SGDUpdate, ShardPartition, UniformSync, WholeModel
 from fedcore.data import load_digits
+from fedcore.experiment.statistics import paired, spread
 from fedcore.models import micro_vit
 from fedcore.models.pretrain import pretrained_for_target
 from fedcore_split import SplitEval, SplitFedV1, SplitFedV2, layout_for
 from fedcore_fedv import inversion as inv
-from fedcore_fedv import FedV, FedVZ, PairedTest
+from fedcore_fedv import FedV, FedVZ, LocalModelEval, PairedTest
+from readme_tables import replace_block
+
+README = Path(__file__).resolve().parents[1] / "plugins" / "fedcore-fedv" / "README.md"
+PAIRS = (("FedV", "Frozen encoder"), ("FedVZ", "Frozen encoder"), ("FedV", "FedVZ"))
 
 # FedV Table 2 (CIFAR-10, DeiT-S for FedV/FedVZ, ResNet-50-GN for FedAvg), mean of 3 seeds, as printed
 PAPER_TABLE2 = {
@@ -62,26 +74,29 @@ def partitions() -> dict[str, object]:
     return {"Dir-0.3": DirichletPartition(alpha=0.3), "Path-2": ShardPartition(classes_per_client=2)}
 
 
-def run_table(a: argparse.Namespace, train, test) -> dict:
+def run_table(a: argparse.Namespace, train, test, seed: int) -> dict:
     out: dict = {}
     for pname, part in partitions().items():
         for mname, comps in methods(a).items():
             model, _ = pretrained_for_target("micro-vit", epochs=a.pretrain_epochs)
             if "scratch" in mname:  # the paper's FL baselines start from scratch
-                torch.manual_seed(a.seed)
+                torch.manual_seed(seed)
                 model = micro_vit(num_classes=5)
+            local = [LocalModelEval(epochs=a.epochs, lr=a.lr, optimizer="adam", batch_size=a.batch)] \
+                if mname.startswith("FedAvg") else []
             t0 = time.perf_counter()
-            res = Pipeline([PairedTest(), part, UniformSync(fraction=a.fraction), *comps, SplitEval()]).run(
-                model=model, train=train, test=test, num_clients=a.clients, rounds=a.rounds, seed=a.seed)
+            res = Pipeline([PairedTest(), part, UniformSync(fraction=a.fraction), *comps, SplitEval(), *local]).run(
+                model=model, train=train, test=test, num_clients=a.clients, rounds=a.rounds, seed=seed)
             accs = [float(v) for v in res.history.column("test_accuracy")]
             led = res.ledger
             out[(pname, mname)] = {
-                "accuracy": accs[-1], "best": max(accs), "curve": accs, "seconds": time.perf_counter() - t0,
+                "accuracy": accs[-1], "local_model_accuracy": res.history[-1].get("local_model_accuracy"),
+                "best": max(accs), "curve": accs, "seconds": time.perf_counter() - t0,
                 "bytes_per_round": led.total() / a.rounds, "up_per_round": led.total(direction="up") / a.rounds,
                 "down_per_round": led.total(direction="down") / a.rounds,
                 "by_kind": {f"{d}:{k}": v / a.rounds for (d, k), v in sorted(led.by_kind().items())},
             }
-            print(f"{pname:8s} {mname:15s} acc {accs[-1]:.3f} (best {max(accs):.3f})  "
+            print(f"seed {seed} {pname:8s} {mname:15s} acc {accs[-1]:.3f} (best {max(accs):.3f})  "
                   f"{led.total() / a.rounds / 2**20:7.2f} MiB/round  {out[(pname, mname)]['seconds']:.0f}s", flush=True)
     return out
 
@@ -100,7 +115,7 @@ def privacy(a: argparse.Namespace, train, test) -> dict:
         model, _ = pretrained_for_target("micro-vit", epochs=a.pretrain_epochs)
         tap = inv.TranscriptTap(rounds=(0,))
         res = Pipeline([PairedTest(), DirichletPartition(alpha=0.3), UniformSync(fraction=a.fraction), comp, tap]).run(
-            model=model, train=train, test=test, num_clients=a.clients, rounds=1, seed=a.seed)
+            model=model, train=train, test=test, num_clients=a.clients, rounds=1, seed=a.seeds[0])
         (_, client), transcript = min(tap.transcripts.items())
         obs = inv.observe(transcript)
         bottom, server, top = inv.white_box(model, tap.models[0], layout_for(comp, model))
@@ -109,7 +124,7 @@ def privacy(a: argparse.Namespace, train, test) -> dict:
             j = torch.cdist(obs.smashed.flatten(1), bottom(train.x[idx]).flatten(1)).argmin(1)
         x, y = train.x[idx][j], train.y[idx][j]
         forward = (lambda z, b=bottom, s=server: s(b(z)))
-        row = {"client": client, "messages": obs.kinds, "baselines": inv.baselines(x, public_mean, seed=a.seed),
+        row = {"client": client, "messages": obs.kinds, "baselines": inv.baselines(x, public_mean, seed=a.seeds[0]),
                "smashed_bytes_round0": res.ledger.total(kind="smashed", round=0)}
         x_s = inv.invert_smashed(bottom, obs.smashed, x.shape, steps=a.attack_steps)
         row["smashed"] = inv.quality(x_s, x)
@@ -136,29 +151,51 @@ def privacy(a: argparse.Namespace, train, test) -> dict:
     return out
 
 
-def write(a: argparse.Namespace, table: dict, priv: dict, info: dict, seconds: float) -> str:
+def write(a: argparse.Namespace, tables: dict[int, dict], priv: dict, info: dict, seconds: float) -> str:
     names = list(methods(a))
     parts = list(partitions())
+    first = tables[a.seeds[0]]
+
+    def per_seed(p: str, m: str, key: str = "accuracy") -> dict[int, float]:
+        return {s: 100 * t[(p, m)][key] for s, t in tables.items() if t[(p, m)].get(key) is not None}
+
+    def cell(p: str, m: str, key: str = "accuracy") -> str:
+        sp = spread(list(per_seed(p, m, key).values()))
+        return f"{sp.mean:.1f} ± {sp.std or 0.0:.1f}"
+
     lines = [f"Micro-scale reproduction ({a.clients} clients, {a.fraction:.0%} per round, {a.rounds} rounds, "
-             f"{a.epochs} local epochs, batch {a.batch}, seed {a.seed}; pre-trained micro ViT: digits 0-4, "
+             f"{a.epochs} local epochs, batch {a.batch}, seeds {a.seeds}; pre-trained micro ViT: digits 0-4, "
              f"{a.pretrain_epochs} epochs, source accuracy {info['source_accuracy']:.3f}); total {seconds:.0f} s", "",
              "| method | " + " | ".join(f"{p} acc (ours)" for p in parts) + " | " + " | ".join(f"{p} paper" for p in parts)
              + " | bytes/round (Dir-0.3) | up / down |",
              "|---|" + "---|" * (2 * len(parts) + 2)]
     for m in names:
-        accs = " | ".join(f"{100 * table[(p, m)]['accuracy']:.1f}" for p in parts)
+        accs = " | ".join(cell(p, m) for p in parts)
         paper = " | ".join(f"{PAPER_TABLE2[m][p]:.2f}" if m in PAPER_TABLE2 else "-" for p in parts)
-        r = table[(parts[0], m)]
+        r = first[(parts[0], m)]
         lines.append(f"| {m} | {accs} | {paper} | {r['bytes_per_round'] / 2**20:.2f} MiB | "
                      f"{r['up_per_round'] / 2**20:.2f} / {r['down_per_round'] / 2**20:.2f} MiB |")
+        if m.startswith("FedAvg"):
+            accs = " | ".join(cell(p, m, "local_model_accuracy") for p in parts)
+            lines.append(f"| {m}, each client's local model (the paper's scoring) | {accs} | "
+                         + " | ".join("-" for _ in parts) + " | | |")
+    fmt = lambda v: "n/a" if v is None else f"{v:.3g}"  # noqa: E731
+    lines += ["", "Paired across seeds (accuracy difference in points; paired t test and Wilcoxon p-values):", "",
+              "| comparison | partition | mean difference | paired t p | Wilcoxon p |", "|---|---|---|---|---|"]
+    for x, y in PAIRS:
+        for p in parts:
+            pr = paired(per_seed(p, y), per_seed(p, x))
+            assert pr is not None
+            lines.append(f"| {x} − {y} | {p} | {pr.mean_diff:+.1f} | {fmt(pr.t_p)} | {fmt(pr.wilcoxon_p)} |")
     for p in parts:
-        ours = sorted(PAPER_TABLE2, key=lambda m: -table[(p, m)]["accuracy"])
+        mean = {m: sum(per_seed(p, m).values()) / len(tables) for m in names}
+        ours = sorted(PAPER_TABLE2, key=lambda m: -mean[m])
         paper = sorted(PAPER_TABLE2, key=lambda m: -PAPER_TABLE2[m][p])
-        lines.append(f"\n{p} ordering: ours {' > '.join(ours)}; paper {' > '.join(paper)}; all methods (ours): "
-                     + " > ".join(sorted(names, key=lambda m: -table[(p, m)]["accuracy"])))
+        lines.append(f"\n{p} ordering of the means: ours {' > '.join(ours)}; paper {' > '.join(paper)}; all methods "
+                     "(ours): " + " > ".join(sorted(names, key=lambda m: -mean[m])))
     lines += ["", f"Accuracy: personalised test accuracy (%) after the last round, sample-weighted over the clients' "
               "paired test splits (FedV/FedVZ: global encoder + each client's own head and tail; the others: the "
-              "global model).", f"Paper numbers: {PAPER_CITE}; paper FedAvg is ResNet-50-GN from scratch, compared with "
+              "global model, and for FedAvg also each client's local model).", f"Paper numbers: {PAPER_CITE}; paper FedAvg is ResNet-50-GN from scratch, compared with "
               "our FedAvg (scratch) row.", "",
               "Inversion of one client's first batch of round 0 (Dir-0.3), attacker = the server, knowing the "
               "round-start client segments; PSNR dB / SSIM (higher = more leaked):", "",
@@ -183,7 +220,7 @@ def write(a: argparse.Namespace, table: dict, priv: dict, info: dict, seconds: f
     return "\n".join(lines)
 
 
-def figure(a: argparse.Namespace, table: dict, priv: dict, path: Path) -> None:
+def figure(a: argparse.Namespace, tables: dict[int, dict], priv: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,8 +233,12 @@ def figure(a: argparse.Namespace, table: dict, priv: dict, path: Path) -> None:
     for i, p in enumerate(parts):
         ax = fig.add_subplot(2, 2, i + 1)
         for m in methods(a):
-            ax.plot(range(1, a.rounds + 1), table[(p, m)]["curve"], label=m)
-        ax.set_title(f"{p}: personalised test accuracy")
+            curves = torch.tensor([t[(p, m)]["curve"] for t in tables.values()])
+            mean = curves.mean(0)
+            std = curves.std(0) if len(curves) > 1 else torch.zeros_like(mean)
+            line, = ax.plot(range(1, a.rounds + 1), mean, label=m)
+            ax.fill_between(range(1, a.rounds + 1), mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        ax.set_title(f"{p}: personalised test accuracy (mean ± std over seeds)")
         ax.set_xlabel("round")
         ax.set_ylim(0, 1)
     fig.axes[0].legend(fontsize=7)
@@ -218,7 +259,8 @@ def figure(a: argparse.Namespace, table: dict, priv: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/fedv")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--readme", action="store_true", help="write the accuracy tables into the plugin README")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--fraction", type=float, default=0.5)
@@ -239,16 +281,21 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     _, info = pretrained_for_target("micro-vit", epochs=a.pretrain_epochs)
     train, test = load_digits(classes=(5, 6, 7, 8, 9))
-    table = run_table(a, train, test)
+    tables = {seed: run_table(a, train, test, seed) for seed in a.seeds}
     priv = privacy(a, train, test)
     seconds = time.perf_counter() - t0
-    text = write(a, table, priv, info, seconds)
+    text = write(a, tables, priv, info, seconds)
     print(text)
     (out / "results.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps(
-        {"args": vars(a), "pretrain": info, "table": {f"{p}/{m}": v for (p, m), v in table.items()},
+        {"args": vars(a), "pretrain": info,
+         "tables": {str(s): {f"{p}/{m}": v for (p, m), v in t.items()} for s, t in tables.items()},
          "privacy": {k: v for k, v in priv.items() if k != "images"}}, indent=1))
-    figure(a, table, priv, out / "fedv_reproduce.png")
+    figure(a, tables, priv, out / "fedv_reproduce.png")
+    if a.readme:
+        command = "nice python examples/fedv_reproduce.py --out runs/fedv --readme"
+        replace_block(README, "fedv-results", f"**Command:** `{command}`\n\n{text}")
+        print(f"wrote the tables into {README}")
 
 
 if __name__ == "__main__":

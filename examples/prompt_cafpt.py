@@ -7,9 +7,11 @@ noise rate rho (labels of the training split flipped to a random other class bef
 several draws (each draw re-draws pools, classes and seeds; PromptFL's random N and CaFPT's top-N come from
 the same pools: a paired design, A17). Metric: global test accuracy of the final prompt (A16). Prints the
 10-column layout of Tab. 6.1 per (rho, N), the fraction of clean labels among the selected samples (E11),
-and writes a figure (accuracy range per shot, Fig. 6.6).
+per-draw statistics (the draws pair the two methods: paired t test and Wilcoxon signed-rank test on the
+per-draw differences), and writes a figure (accuracy range per shot, Fig. 6.6) and, with ``--readme``, the
+table into the plugin README.
 
-    nice python examples/prompt_cafpt.py --out runs/prompt_cafpt
+    nice python examples/prompt_cafpt.py --out runs/prompt_cafpt --readme
 """
 from __future__ import annotations
 
@@ -21,12 +23,16 @@ import numpy as np
 import torch
 
 from fedcore.data.arrays import ArrayDataset
+from fedcore.experiment.statistics import paired
 from fedcore_clip import prompted_clip
 from fedcore_clip.captioned import downstream
 from fedcore_clip.pretrain import load_pretrained
 from fedcore.rng import numpy_generator
 from fedcore_cafpt import SELECTION, CaFPT
 from fedcore_promptfl import promptfl_pipeline
+from readme_tables import replace_block
+
+README = Path(__file__).resolve().parents[1] / "plugins" / "fedcore-cafpt" / "README.md"
 
 
 def with_label_noise(train: ArrayDataset, rho: float, seed: int) -> ArrayDataset:
@@ -54,6 +60,7 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=4)
     ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--pvi-lr", type=float, default=0.01)
+    ap.add_argument("--readme", action="store_true", help="write the results table into the plugin README")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -88,8 +95,10 @@ def main() -> None:
           f"R={args.rounds}, E={args.epochs}, {args.draws} draws; global test accuracy (%); Var = population "
           f"variance over draws (pp^2)")
     head = ("PFL-min", "PFL Acc", "PFL Gap", "PFL Var", "CaFPT-min", "Δmin", "CaFPT Acc", "ΔAcc", "CaFPT Gap",
-            "CaFPT Var", "clean sel PFL/CaFPT")
-    print(f"\n{'rho, N':10s} | " + " | ".join(f"{h:>9s}" for h in head))
+            "CaFPT Var")
+    fmt = lambda p: "n/a" if p is None else f"{p:.3g}"  # noqa: E731
+    lines = ["| ρ, N | " + " | ".join(head) + " | t (paired) | t p | Wilcoxon p | clean PFL / CaFPT |",
+             "|---" * (len(head) + 5) + "|"]
     table = []
     for rho in args.rho:
         for shots in args.shots:
@@ -98,8 +107,15 @@ def main() -> None:
             cf = [np.mean(clean_frac.get((m, rho, shots), [np.nan])) for m in ("PromptFL", "CaFPT")]
             cells = [p.min(), p.mean(), p.mean() - p.min(), p.var(), c.min(), c.min() - p.min(), c.mean(),
                      c.mean() - p.mean(), c.mean() - c.min(), c.var()]
-            table.append({"rho": rho, "shots": shots, **dict(zip(head, cells)), "clean_pfl": cf[0], "clean_cafpt": cf[1]})
-            print(f"{f'{rho}, {shots}':10s} | " + " | ".join(f"{v:9.2f}" for v in cells) + f" | {cf[0]:.2f} / {cf[1]:.2f}")
+            pr = paired(dict(enumerate(p.tolist())), dict(enumerate(c.tolist())))
+            assert pr is not None
+            table.append({"rho": rho, "shots": shots, **dict(zip(head, cells)), "clean_pfl": cf[0],
+                          "clean_cafpt": cf[1], "t": pr.t, "t_p": pr.t_p, "wilcoxon_p": pr.wilcoxon_p})
+            t = "n/a" if pr.t is None else f"{pr.t:.2f}"
+            lines.append(f"| {rho}, {shots} | " + " | ".join(f"{v:.2f}" for v in cells)
+                         + f" | {t} | {fmt(pr.t_p)} | {fmt(pr.wilcoxon_p)} | {cf[0]:.2f} / {cf[1]:.2f} |")
+    markdown = "\n".join(lines)
+    print("\n" + markdown)
     (out / "results.json").write_text(json.dumps({"table": table, "acc": {f"{m}|{r}|{s}": v for (m, r, s), v in acc.items()},
                                                   "args": vars(args), "backbone": info}, indent=1, default=str))
     import matplotlib
@@ -121,6 +137,11 @@ def main() -> None:
     axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(out / "cafpt_vs_random.png", dpi=120)
+    if args.readme:
+        command = "nice python examples/prompt_cafpt.py --out runs/prompt_cafpt --readme"
+        replace_block(README, "cafpt-results", f"**Command:** `{command}` ({args.draws} draws per (ρ, N)).\n\n"
+                      + markdown)
+        print(f"wrote the table into {README}")
     print(f"\nwrote {out / 'results.json'} and {out / 'cafpt_vs_random.png'}")
 
 

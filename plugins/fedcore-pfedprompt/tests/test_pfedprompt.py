@@ -150,3 +150,20 @@ def test_promptfl_ft_fine_tunes_only_at_the_end():
     base = promptfl_run()
     assert res.history[0]["local_accuracy"] == base.history[0]["local_accuracy"]
     assert res.history[-1]["test_accuracy"] == base.history[-1]["test_accuracy"]  # global prompt untouched
+
+
+def test_alpha_chosen_on_validation_rows_and_scored_on_the_held_out_rest():
+    """Spec 003b A5: α is picked on a validation part of each client's test split, never on the scored part.
+
+    In the disjoint setting a huge α turns the LFA bonus into a mask to the client's own classes, which the
+    validation part must prefer; with a grid of α = 0 only, the selected score is the global prompt's."""
+    grid = (0.0, 100.0)
+    last = run(evaluate=PFedPromptEval(alpha=0.0, alpha_grid=grid, validation_fraction=0.5))[0].history[-1]
+    assert last["alpha_selected"] == 100.0
+    assert last["heldout_accuracy@selected"] > last["heldout_accuracy@alpha=0"]
+    only_zero = run(evaluate=PFedPromptEval(alpha=0.0, alpha_grid=(0.0,), validation_fraction=0.5))[0].history[-1]
+    assert only_zero["alpha_selected"] == 0.0
+    assert only_zero["heldout_accuracy@selected"] == only_zero["heldout_accuracy@alpha=0"]
+    assert only_zero["heldout_accuracy@alpha=0"] == last["heldout_accuracy@alpha=0"]  # the same rows either way
+    oracle = run(evaluate=PFedPromptEval(alpha=0.0, alpha_grid=grid))[0].history[-1]
+    assert "alpha_selected" not in oracle  # without a validation part nothing claims to be held out

@@ -1,4 +1,5 @@
-"""Entry point ``fedv`` (group ``fedcore``): registers ``fedv-share``, ``fedv-train``, ``paired-test`` and the
+"""Entry point ``fedv`` (group ``fedcore``): registers ``fedv-share``, ``fedv-train``, ``paired-test``,
+``local-model-eval`` and the
 recipes ``fedv`` and ``fedvz``.
 
 Imports classes only, does no work. The split-learning baselines (recipes ``sl``, ``splitfed-v1``,
@@ -6,6 +7,7 @@ Imports classes only, does no work. The split-learning baselines (recipes ``sl``
 """
 import fedcore
 from fedcore_fedv.fedv import RECIPES
+from fedcore_fedv.local_eval import LocalModelEval
 from fedcore_fedv.paired import PairedTest
 from fedcore_fedv.share import FedVShare
 from fedcore_fedv.train import FedVTrain
@@ -16,5 +18,6 @@ def fedcore_register_components(registry):
     registry.add("fedv-share", FedVShare)
     registry.add("fedv-train", FedVTrain)
     registry.add("paired-test", PairedTest)
+    registry.add("local-model-eval", LocalModelEval)
     for name, recipe in RECIPES.items():
         registry.add_recipe(name, recipe)

@@ -44,7 +44,12 @@ class PFedPromptEval(PromptEval):
     """pFedPrompt: global prompt (GUC) logits plus α x the client's local feature attention (Eq. 5.7).
 
     ``alpha_grid`` additionally reports ``local_accuracy@alpha=a`` for every ``a`` (the thesis picks the best α
-    on test data; those numbers are oracle values and are labelled as such in reports).
+    on test data; those numbers are oracle values and are labelled as such in reports). With
+    ``validation_fraction`` > 0 it also picks one α for the experiment without looking at the images it is scored on
+    (spec 003b A5): each client's personal test split is cut, seeded, into a validation part and a held-out
+    part; the α with the best mean validation accuracy is reported as ``alpha_selected`` with its held-out
+    accuracy ``heldout_accuracy@selected``, beside ``heldout_accuracy@alpha=0`` (the global prompt alone on
+    the same images) for a paired comparison.
     """
 
     alpha: float = setting(1.0, low=0.0, help="weight of the personal logits (rescale by exp(t)/100 for small CLIPs)")
@@ -54,6 +59,8 @@ class PFedPromptEval(PromptEval):
     beta: float = setting(5.5, low=0.0, help="sharpness for affinity='tip'")
     kind: str = setting("attention", choices=KINDS, help="attention (LFA) or prior (label-prior ablation)")
     alpha_grid: tuple = setting((), kind=tuple, help="extra α values to report (oracle sweep)")
+    validation_fraction: float = setting(0.0, low=0.0, high=1.0, high_open=True,
+                                         help="share of each client's test split used to pick α from alpha_grid")
 
     def _bonus(self, model: PromptedCLIP, client: ClientInfo, state: ClientState, features: torch.Tensor,
                ctx: Any) -> torch.Tensor:
@@ -76,18 +83,35 @@ class PFedPromptEval(PromptEval):
         model = require_prompted(model, type(self).__name__)  # the parent has checked it: this narrows the type
         feats = cached_features(run.stash, model.backbone, dataset, range(len(dataset)), tag="test")
         labels = torch.as_tensor(labels_of(dataset), dtype=torch.long)
+        grid = [float(a) for a in self.alpha_grid]
+        per_alpha: dict[float, list[float]] = {a: [] for a in grid}
+        val: dict[float, list[float]] = {a: [] for a in grid}
+        held: dict[float, list[float]] = {a: [] for a in (*grid, 0.0)}
         with torch.no_grad():
             text = model.text_features()
-            per_alpha: dict[float, list[float]] = {float(a): [] for a in self.alpha_grid}
             for client in clients:
                 idx = list(part.test[client.id])
                 if not idx:
                     continue
                 guc = model.logits_from_features(feats[idx], text)
                 bonus = self._bonus(model, client, states[client.id], feats[idx], ctx)
-                for a in per_alpha:
-                    per_alpha[a].append(float(((guc + a * bonus).argmax(-1) == labels[idx]).float().mean()))
+                y = labels[idx]
+                n_val = int(round(self.validation_fraction * len(idx)))
+                order = torch.as_tensor(run.np_rng("pfedprompt.alpha-validation", client.id).permutation(len(idx)))
+                v_rows, h_rows = order[:n_val], order[n_val:]
+                for a in held:
+                    hits = (guc + a * bonus).argmax(-1) == y
+                    if a in per_alpha:
+                        per_alpha[a].append(float(hits.float().mean()))
+                    if 0 < n_val < len(idx):
+                        held[a].append(float(hits[h_rows].float().mean()))
+                        if a in val:
+                            val[a].append(float(hits[v_rows].float().mean()))
         out.update({f"local_accuracy@alpha={a:g}": float(np.mean(v)) for a, v in per_alpha.items() if v})
+        if any(val.values()):
+            best = max(grid, key=lambda a: (float(np.mean(val[a])), -a))  # ties go to the smaller α
+            out.update({"alpha_selected": best, "heldout_accuracy@selected": float(np.mean(held[best])),
+                        "heldout_accuracy@alpha=0": float(np.mean(held[0.0]))})
         return out
 
 
