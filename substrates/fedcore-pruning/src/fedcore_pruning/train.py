@@ -9,7 +9,6 @@ SGD, Adam or ``timm.optim.Adan`` (Co-S2P's), fresh every round like the core's `
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -21,6 +20,7 @@ import fedcore
 from fedcore import RoundContext
 from fedcore.data import batches
 from fedcore.settings import setting
+from fedcore.training import make_optimizer
 from fedcore.types import ClientData, ClientUpdate, Share
 from fedcore_pruning.aggregator import MaskedDelta
 from fedcore_pruning.checks import vit_check_plan
@@ -28,18 +28,6 @@ from fedcore_pruning.share import SubmodelShare
 from fedcore_pruning.vit import PrunableViT
 
 OPTIMIZERS = ("sgd", "adam", "adan")
-
-
-def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, momentum: float = 0.0,
-                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """SGD (with ``momentum``), Adam, or timm's Adan (three moments, the optimizer of Co-S2P)."""
-    if name == "adan":
-        from timm.optim import Adan
-
-        return Adan(params, lr=lr, weight_decay=weight_decay)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
 def submodel_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
@@ -78,7 +66,12 @@ class SubmodelTrain:
         if not params:
             raise ValueError(f"{type(module).__name__} has no trainable parameters (none requires grad)")
         module.train()
-        opt = make_optimizer(self.optimizer, params, self.lr, self.momentum, self.weight_decay)
+        if self.optimizer == "adan":  # fedcore.training.make_optimizer knows sgd and adam only
+            from timm.optim import Adan
+
+            opt: torch.optim.Optimizer = Adan(params, lr=self.lr, weight_decay=self.weight_decay)
+        else:
+            opt = make_optimizer(self.optimizer, params, self.lr, self.momentum, self.weight_decay)
         total, seen = 0.0, 0
         generator = ctx.rng("shuffle")
         for _ in range(self.epochs):
