@@ -95,9 +95,9 @@ class TreeShare:
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
         if is_asynchronous(pipeline.provider("schedule")):
-            raise ConfigError(f"TreeShare trains every client of a round in lockstep against one server; the "
-                              f"asynchronous schedule {type(pipeline.provider('schedule')).__name__} cannot give it a "
-                              f"round's clients together: use a synchronous schedule (uniform)")
+            raise ConfigError(f"TreeShare steps a round's clients in lockstep against one server; the asynchronous "
+                              f"{type(pipeline.provider('schedule')).__name__} never gives it a round's clients "
+                              f"together: use schedule = \"uniform\"")
         cohort = pipeline.provider("cohort")
         if type(cohort).__name__ != "TreeCohort":
             raise ConfigError(f"TreeShare's server is trained per batch by the tl-cohort; the cohort slot holds "
