@@ -6,7 +6,6 @@ from typing import Any
 
 def tree_check_plan(cls: type) -> Any:
     from fedcore.testing import CheckPlan, ContractFixture, tiny_bn_model, tiny_data
-
     from fedcore_treelearning.cohort import TreeCohort
     from fedcore_treelearning.evaluate import TreeEval
     from fedcore_treelearning.share import TreeShare

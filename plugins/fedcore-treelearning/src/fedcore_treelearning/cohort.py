@@ -93,7 +93,8 @@ class TreeCohort:
     def fedcore_train_cohort(self, jobs: Sequence[Any], ctx: Any) -> list[ClientUpdate | ClientFailed]:
         server = jobs[0].share.endpoint
         if not isinstance(server, TreeServer) or any(job.share.endpoint is not server for job in jobs):
-            raise ConfigError("TreeCohort needs every job's share to hold the round's TreeServer (split = \"tl-share\")")
+            raise ConfigError("TreeCohort needs every job's share to hold the round's TreeServer "
+                              "(split = \"tl-share\")")
         server.schedule = "round-robin" if self.schedule == "round-robin" else self.schedule
         clients = [_Client(job, server, self.lr, self.momentum, self._stream(job, server, jobs, ctx)) for job in jobs]
         if self.schedule == "round-robin":
@@ -125,7 +126,8 @@ class TreeCohort:
         gen = torch.Generator().manual_seed(int(ctx.seed_for("tl-vertical-order", client=-1)))
         a, b = server.bounds[job.client.id]
         ordered = tuple(sorted(indices))
-        return ((x[..., a:b], y) for _ in range(self.epochs) for x, y in batches(job.dataset, ordered, bs, generator=gen))
+        return ((x[..., a:b], y) for _ in range(self.epochs)
+                for x, y in batches(job.dataset, ordered, bs, generator=gen))
 
     def _offline(self, ids: Sequence[int], ctx: Any) -> set[int]:
         if self.dropout_fraction <= 0 or ctx.round != self.dropout_round or self.dropout_iterations == 0:

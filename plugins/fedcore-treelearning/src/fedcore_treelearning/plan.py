@@ -87,7 +87,8 @@ def uniform_split(n_units: int) -> int:
 
 def solve(model: nn.Module, run: Any, *, mode: str, partition: str, fixed: Sequence[int] | None,
           strips: Sequence[int] | None, server_flops: float, batch_size: int, default_profile: str,
-          monotone: bool, previous: Mapping[int, int] | None, plan: TreePlan) -> dict[int, int]:
+          monotone: bool, previous: Mapping[int, int] | None, plan: TreePlan, stream_scaled: bool = True
+          ) -> dict[int, int]:
     """Split layer per client id for the run's clients (``partition`` = ``optimal`` or ``uniform``)."""
     clients = sorted(run.clients, key=lambda c: c.id)
     ids = [c.id for c in clients]
@@ -127,5 +128,6 @@ def solve(model: nn.Module, run: Any, *, mode: str, partition: str, fixed: Seque
         init = [previous[c] for c in ids] if previous and all(c in previous for c in ids) else None
         if init is not None and any(s > cap for s, cap in zip(init, caps)):
             init = None
-        splits = list(branch_and_bound(problem, init=init, monotone=monotone).splits)
+        scaled = stream_scaled and mode != VERTICAL  # a vertical stream is one full-width map whoever joined
+        splits = list(branch_and_bound(problem, init=init, monotone=monotone, stream_scaled=scaled).splits)
     return dict(zip(ids, splits))

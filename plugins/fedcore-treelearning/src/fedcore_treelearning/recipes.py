@@ -11,13 +11,15 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 from fedcore import Recipe
 
 _COMMON = {"select": "all-data", "aggregate": "fedavg", "evaluate": "tl-eval", "schedule": "uniform"}
-_VERTICAL_SETUP = {"model": {"name": "micro-cnn", "width": 8}, "num_clients": 2}
+_VERTICAL_SETUP: dict[str, Any] = {"model": {"name": "micro-cnn", "width": 8}, "num_clients": 2}
 
 
-def _recipe(share: dict, cohort: dict, help: str, **extra: object) -> Recipe:
+def _recipe(share: dict[str, Any], cohort: dict[str, Any], help: str, **extra: Any) -> Recipe:
     return Recipe(slots={**_COMMON, "split": {"name": "tl-share", **share}, "cohort": {"name": "tl-cohort", **cohort},
                          **extra}, help=help)
 

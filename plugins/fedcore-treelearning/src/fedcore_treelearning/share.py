@@ -50,6 +50,7 @@ class TreeShare:
     default_profile: str = setting("tl-medium", kind=str, help="device profile of clients the run gave none")
     repartition_every: int = setting(1, low=1, help="rounds between re-solving the splits")
     monotone: bool = setting(True, help="Alg. 2's rule: a slower client never holds more units than a faster one")
+    stream_scaled: bool = setting(True, help="horizontal: the solver charges server layers per merged client batch")
     batch_size: int = setting(16, low=1, help="per-client batch (the cost model's and the cohort's)")
     server_lr: float = setting(0.01, low=0.0, low_open=True)
     server_momentum: float = setting(0.9, low=0.0, high=1.0, high_open=True)
@@ -70,7 +71,7 @@ class TreeShare:
             plan.splits = solve(model, ctx.run, mode=self.mode, partition=self.partition, fixed=self.splits,
                                 strips=self.strips, server_flops=self.server_flops, batch_size=self.batch_size,
                                 default_profile=self.default_profile, monotone=self.monotone,
-                                previous=plan.splits, plan=plan)
+                                previous=plan.splits, plan=plan, stream_scaled=self.stream_scaled)
             plan.solved_round, plan.solves = ctx.round, plan.solves + 1
         return plan.splits
 

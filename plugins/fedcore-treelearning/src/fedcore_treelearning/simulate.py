@@ -72,27 +72,34 @@ def pass_time(profile: ModelProfile, devices: Sequence[DeviceProfile], splits: S
     dn = [8 * a / d.down_bps + d.latency_s for a, d in zip(act, devices)]
     busy = {"client": 0.0, "server": 0.0, "comm": 0.0}
 
+    trees: dict[tuple[int, ...], list[tuple[int, list[int], float, float]]] = {}
+
+    def tree(present: tuple[int, ...]) -> list[tuple[int, list[int], float, float]]:
+        """Per server layer from the first meeting point: (k, clients joining, forward s, backward s)."""
+        if present not in trees:
+            merged, layers = 0.0, []
+            for k in range(min(splits[i] for i in present), profile.n_units + 1):
+                joining = [i for i in present if splits[i] == k]
+                merged += sum(frac[i] for i in joining)
+                layers.append((k, joining, units[k - 1].forward_flops * b * merged / server_flops,
+                               units[k - 1].backward_flops * b * merged / server_flops))
+            trees[present] = layers
+        return trees[present]
+
     def server(present: Sequence[int], start: float, arrivals: Mapping[int, float]) -> tuple[float, dict[int, float]]:
         """Server forward (tree order) then backward for the clients ``present``; when each gradient is ready."""
-        first = min(splits[i] for i in present)
-        t, merged, shares = start, 0.0, {}
-        for k in range(first, profile.n_units + 1):
-            joining = [i for i in present if splits[i] == k]
-            if joining:
-                t = max([t] + [arrivals[i] for i in joining])
-                merged += sum(frac[i] for i in joining)
-            shares[k] = merged
-            work = units[k - 1].forward_flops * b * merged / server_flops
-            t += work
-            busy["server"] += work
+        layers = tree(tuple(present))
+        t = start
+        for _, joining, fwd, _ in layers:
+            for i in joining:
+                t = max(t, arrivals[i])
+            t += fwd
         ready = {}
-        for k in range(profile.n_units, first - 1, -1):
-            work = units[k - 1].backward_flops * b * shares[k] / server_flops
-            t += work
-            busy["server"] += work
-            for i in present:
-                if splits[i] == k:
-                    ready[i] = t
+        for _, joining, _, bwd in reversed(layers):
+            t += bwd
+            for i in joining:
+                ready[i] = t
+        busy["server"] += sum(f + w for _, _, f, w in layers)
         return t, ready
 
     if schedule == "round-robin":

@@ -50,12 +50,12 @@ def check_tiling(model: nn.Module, sample: torch.Tensor, splits: Mapping[int, in
         for unit in units:
             full = unit(full)
         inputs = {}
-        for c, s in splits.items():
-            h = sample[..., bounds[c][0]:bounds[c][1]]
-            for unit in units[:s - 1]:
-                h = unit(h)
-            inputs[c] = h
         try:
+            for c, s in splits.items():
+                h = sample[..., bounds[c][0]:bounds[c][1]]
+                for unit in units[:s - 1]:
+                    h = unit(h)
+                inputs[c] = h
             out = merged_forward(units, splits, inputs, VERTICAL)
         except (ConfigError, RuntimeError) as exc:
             raise ConfigError(f"vertical strips {_widths(bounds)} do not tile the input at splits {dict(splits)}: "
