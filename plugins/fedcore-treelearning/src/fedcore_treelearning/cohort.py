@@ -26,10 +26,10 @@ import attrs
 import torch
 
 import fedcore
+from fedcore import ClientFailed, ClientUpdate
 from fedcore.data import batches
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
-from fedcore.types import ClientFailed, ClientUpdate
 from fedcore_split import INPUT_GRAD, LABELS, SMASHED
 from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, unit_entries
 
