@@ -30,6 +30,10 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
         "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),
     "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",)}),
+    "fedcore-treelearning": ("fedcore_treelearning", {
+        "component": ("tl-share", "tl-cohort", "tl-eval", "tl-vertical"),
+        "recipe": ("tree-learning", "tl-optimal-split", "tl-no-partition", "sl-sync", "sl-round-robin",
+                   "tree-learning-vertical")}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 
