@@ -33,6 +33,10 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-pruning": ("fedcore_pruning", {"component": ("submodel-share", "submodel-train", "masked-delta")}),
     "fedcore-fedrolex": ("fedcore_fedrolex", {"recipe": ("fedrolex",)}),
     "fedcore-heterofl": ("fedcore_heterofl", {"recipe": ("heterofl",)}),
+    "fedcore-treelearning": ("fedcore_treelearning", {
+        "component": ("tl-share", "tl-cohort", "tl-eval", "tl-vertical"),
+        "recipe": ("tree-learning", "tl-optimal-split", "tl-no-partition", "sl-sync", "sl-round-robin",
+                   "tree-learning-vertical")}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 
