@@ -30,6 +30,8 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
         "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),
     "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",)}),
+    "fedcore-cos2p": ("fedcore_cos2p", {"component": ("cos2p-share", "cos2p-update", "cos2p-aggregate", "cos2p-quotas"),
+                                        "recipe": ("co-s2p", "co-s2p-async", "co-s2p-sync")}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 
