@@ -37,6 +37,14 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
         "component": ("tl-share", "tl-cohort", "tl-eval", "tl-vertical"),
         "recipe": ("tree-learning", "tl-optimal-split", "tl-no-partition", "sl-sync", "sl-round-robin",
                    "tree-learning-vertical")}),
+    "fedcore-distill": ("fedcore_distill", {
+        "component": ("edge-kd-train", "edge-share", "kd-eval", "kd-server", "p-group"),
+        "dataset": ("kd.synth-patterns",),
+        "model": ("kd.edge", "kd.fedavg-cnn", "kd.fedavg-vit", "kd.fedgkt", "kd.fedvkd")}),
+    "fedcore-fedvkd": ("fedcore_fedvkd", {"recipe": ("fedavg-cnn", "fedavg-edge", "fedavg-vit", "fedvkd")}),
+    "fedcore-fedgkt": ("fedcore_fedgkt", {"recipe": ("fedgkt",)}),
+    "fedcore-cos2p": ("fedcore_cos2p", {"component": ("cos2p-share", "cos2p-update", "cos2p-aggregate", "cos2p-quotas"),
+                                        "recipe": ("co-s2p", "co-s2p-async", "co-s2p-sync")}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 
