@@ -17,7 +17,7 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-lora": ("fedcore_lora", {"component": ("lora-share", "staleness-mean", "lora-product-svd")}),
     "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval"), "model": ("prompted-clip",),
                                       "dataset": ("clip.shapes", "clip.digits")}),
-    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test"),
+    "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test", "local-model-eval"),
                                       "recipe": ("fedv", "fedvz")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
         "component": ("sa-fedlora-plan", "sa-fedlora-share", "sa-fedlora-sgd", "full-share", "bitfit-share",
