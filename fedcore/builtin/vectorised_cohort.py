@@ -38,6 +38,11 @@ log = logging.getLogger("fedcore.cohort")
 Outcome = ClientUpdate | ClientFailed
 
 
+def _name(component: Any) -> str:
+    entry = fedcore.plugins.registry().find(component)
+    return entry.name if entry is not None else type(component).__name__
+
+
 def batch_coupled(module: nn.Module) -> bool:
     """Whether a layer mixes the samples of a batch in training (BatchNorm): then padding would change it."""
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
@@ -45,6 +50,32 @@ def batch_coupled(module: nn.Module) -> bool:
 
 def convolutional(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
+
+
+CPU_CONV_FLOPS = 2e6
+"""On the CPU, a convolutional model is vectorised only up to this many forward FLOPs per sample.
+
+Measured on the 2-core development machine (``benchmarks/vectorised_cifar10.py``): a 1x8x8 micro CNN
+(~6 kFLOPs) ran 3.5x faster vectorised, pfl's CIFAR-10 CNN (~35 MFLOPs) 0.8x: ``vmap`` turns a convolution
+into a grouped one, which the CPU kernels run slowly, while small models are bound by per-call overhead.
+Linear layers batch into ``bmm`` and always win. A fixed rule, not a timing probe, so that the choice
+(and so the history, to the last bit) is the same on every run.
+"""
+
+
+def forward_flops(module: nn.Module, sample: torch.Tensor) -> int:
+    """FLOPs of one forward of ``module`` on ``sample`` (a batch of one), counted by torch's flop counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = module.training
+    counter = FlopCounterMode(display=False)
+    try:
+        module.eval()
+        with uncounted(), torch.no_grad(), counter:
+            module(sample)
+    finally:
+        module.train(was_training)
+    return int(counter.get_total_flops())
 
 
 def architecture(module: nn.Module) -> tuple[Any, ...]:
@@ -87,8 +118,10 @@ class VectorisedCohort:
         if len(groups) > 1:
             self._say(f"vectorised cohort: the wave holds {len(groups)} architectures; each is vectorised apart")
         for members in groups.values():
-            module = jobs[members[0]].share.module
-            why_not = self._why_one_by_one(module, len(members))
+            first = jobs[members[0]]
+            sample = first.dataset[first.pool[0]][0] if first.pool else None
+            why_not = self._why_one_by_one(first.share.module, len(members),
+                                           None if sample is None else torch.as_tensor(sample).unsqueeze(0))
             if why_not is not None:
                 self._say(f"vectorised cohort: {why_not}; training one by one", logging.INFO)
                 chunks = [members]
@@ -107,14 +140,14 @@ class VectorisedCohort:
         pipeline = job.hooks.pipeline
         update = pipeline.provider("local_update")
         if type(update) is not SGDUpdate:
-            return None, f"the local update {pipeline.name_of(update)!r} has no vectorised form (only 'sgd' has)"
+            return None, f"the local update {_name(update)!r} has no vectorised form (only 'sgd' has)"
         impls = pipeline.plugin_manager.hook.fedcore_local_update.get_hookimpls()
-        wrappers = [pipeline.name_of(i.plugin) for i in impls if i.wrapper]
+        wrappers = [_name(i.plugin) for i in impls if i.wrapper]
         if wrappers:
             return None, f"the local update is wrapped by {', '.join(wrappers)}"
         return update, ""
 
-    def _why_one_by_one(self, module: nn.Module, clients: int) -> str | None:
+    def _why_one_by_one(self, module: nn.Module, clients: int, sample: torch.Tensor | None) -> str | None:
         if clients < 2:
             return "a lone client of its architecture"
         if not any(p.requires_grad for p in module.parameters()):
@@ -124,8 +157,9 @@ class VectorisedCohort:
             return None
         if self.on_cpu == "one-by-one":
             return "on_cpu = 'one-by-one'"
-        if convolutional(module):
-            return "batched convolutions are slower than one-by-one on the CPU (on_cpu = 'auto')"
+        if convolutional(module) and sample is not None and forward_flops(module, sample) > CPU_CONV_FLOPS:
+            return (f"batched convolutions of more than {CPU_CONV_FLOPS:.0e} FLOPs per sample are slower than "
+                    f"one-by-one on the CPU (on_cpu = 'auto')")
         return None
 
     def _say(self, message: str, level: int = logging.WARNING) -> None:
