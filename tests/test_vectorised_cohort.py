@@ -124,8 +124,8 @@ def test_an_unknown_local_update_runs_one_by_one_bit_for_bit_and_is_said_once(ca
         vec, _ = _run(VectorisedCohort(on_cpu="vectorise"), mlp_dropout, HalfStepSGD(), rounds=3)
     one, _ = _run(PerJobCohort(), mlp_dropout, HalfStepSGD(), rounds=3)
     said = [r.getMessage() for r in caplog.records if r.name == "fedcore.cohort"]
-    assert said == ["vectorised cohort: the local update 'HalfStepSGD' has no vectorised form (only 'sgd' has); "
-                    "training one by one"]
+    assert said == ["vectorised cohort: the local update 'HalfStepSGD' states no vectorised_plan for its own "
+                    "fedcore_local_update (fedcore.training.TrainPlan); training one by one"]
     for name, value in one.model.state_dict().items():
         assert torch.equal(vec.model.state_dict()[name], value), name
 

@@ -19,6 +19,7 @@ import attrs
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from fedcore.builtin.stacked_optim import Stacked, StackedOptimizer, first_step_state
 
@@ -92,7 +93,10 @@ class StackedRun:
     """The stacked state of a cohort chunk and how to step it.
 
     ``train`` (trainable parameters), ``frozen`` (the other parameters) and ``buffers`` map state names
-    to tensors of shape ``(clients, *shape)``; ``streams[i]`` is client ``i``'s batches in order.
+    to tensors of shape ``(clients, *shape)``; ``shared`` holds frozen parameters every client has the same
+    value of (a frozen backbone), unstacked: ``vmap`` then runs each of their layers as one pass over the
+    concatenated batches of all clients. ``streams[i]`` is client ``i``'s batches in order. ``clip_norm > 0``
+    clips each client's gradient norm as ``torch.nn.utils.clip_grad_norm_`` does.
     """
 
     template: nn.Module
@@ -101,14 +105,27 @@ class StackedRun:
     buffers: Stacked
     streams: Sequence[Sequence[Batch]]
     optimizer: StackedOptimizer
+    shared: Stacked = attrs.field(factory=dict)
     mu: float | None = None
+    clip_norm: float = 0.0
     pad: bool = True
     dropout: Sequence[DropoutSite] = ()
     generators: Sequence[torch.Generator | None] = ()
     book: Callable[[int, int], None] = lambda client, n: None
 
     def fit(self) -> list[float]:
-        """Train every client on all its batches; returns each client's mean loss (as ``train_epochs`` does)."""
+        """Train every client on all its batches; returns each client's mean loss (as ``train_epochs`` does).
+
+        On the CPU, attention runs on torch's math kernel: the fused CPU kernel has no batching rule, and
+        ``vmap`` would fall back to a loop over the clients.
+        """
+        device = next(iter(self.train.values())).device
+        if device.type == "cpu":
+            with sdpa_kernel([SDPBackend.MATH]):
+                return self._fit()
+        return self._fit()
+
+    def _fit(self) -> list[float]:
         clients = len(self.streams)
         anchor = {k: v.detach().clone() for k, v in self.train.items()} if self.mu is not None else None
         first_step_state(self.optimizer, self.train, list(self.train))
@@ -151,9 +168,11 @@ class StackedRun:
         train = _take(self.train, rows)
         buffers = _take(self.buffers, rows)
         args: list[Any] = [train, _take(self.frozen, rows), buffers, masks, xs, ys, weights,
-                           _take(anchor, rows) if anchor is not None else None]
-        in_dims = tuple(None if a is None else 0 for a in args)
+                           _take(anchor, rows) if anchor is not None else None, self.shared]
+        in_dims = tuple(None if a is None else 0 for a in args[:-1]) + (None,)
         grads, (_, values) = vmap(grad_and_value(self._loss, has_aux=True), in_dims=in_dims)(*args)
+        if self.clip_norm > 0:
+            _clip(grads, self.clip_norm)
         if rows is not None:
             for key, value in buffers.items():  # BatchNorm updated the gathered copies in place
                 self.buffers[key][rows] = value
@@ -166,9 +185,9 @@ class StackedRun:
         return gen
 
     def _loss(self, train: Stacked, frozen: Stacked, buffers: Stacked, masks: Stacked, x: torch.Tensor,
-              y: torch.Tensor, weights: torch.Tensor | None, anchor: Stacked | None
+              y: torch.Tensor, weights: torch.Tensor | None, anchor: Stacked | None, shared: Stacked
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(self.template, ({**train, **frozen}, {**buffers, **masks}), (x,))
+        out = functional_call(self.template, ({**train, **frozen, **shared}, {**buffers, **masks}), (x,))
         if weights is None:
             value = nn.functional.cross_entropy(out, y)
         else:
@@ -178,6 +197,15 @@ class StackedRun:
             assert self.mu is not None
             total = value + 0.5 * float(self.mu) * sum(((train[k] - anchor[k]) ** 2).sum() for k in train)
         return total, value
+
+
+def _clip(grads: Stacked, max_norm: float) -> None:
+    """Each client's ``clip_grad_norm_(max_norm)``: the 2-norm of its per-tensor 2-norms, scaled down to ``max_norm``."""
+    norms = [torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads.values()]
+    total = torch.linalg.vector_norm(torch.stack(norms, dim=1), dim=1)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads.values():
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
 
 
 def _take(stacked: Stacked | None, rows: torch.Tensor | None) -> Stacked:

@@ -9,7 +9,7 @@ vectorised falls back to the one-by-one ``per-job`` cohort, and the log says why
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import logging
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 import fedcore
-from fedcore.builtin.local_sgd import SGDUpdate
 from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.stacked_optim import StackedOptimizer
 from fedcore.builtin.stacked_training import StackedRun, replace_dropout
@@ -27,7 +26,8 @@ from fedcore.builtin.clone import clone_module
 from fedcore.data.arrays import batches
 from fedcore.runtime.meter import book_samples, uncounted
 from fedcore.settings import setting
-from fedcore.types import ClientFailed, ClientUpdate
+from fedcore.training import TrainPlan
+from fedcore.types import ClientFailed, ClientUpdate, Share
 
 if TYPE_CHECKING:
     from fedcore.contexts import RoundContext
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedcore.cohort")
 
 Outcome = ClientUpdate | ClientFailed
+
+
+def _defined_in(cls: type, attribute: str) -> type | None:
+    return next((c for c in cls.__mro__ if attribute in vars(c)), None)
 
 
 def _name(component: Any) -> str:
@@ -107,21 +111,28 @@ class VectorisedCohort:
         per_job = PerJobCohort()
         if len(jobs) < 2:
             return per_job.fedcore_train_cohort(jobs=jobs, ctx=ctx)
-        update, reason = self._local_update(jobs[0])
-        if update is None:
+        planner, reason = self._planner(jobs[0])
+        if planner is None:
             self._say(f"vectorised cohort: {reason}; training one by one", logging.WARNING)
             return per_job.fedcore_train_cohort(jobs=jobs, ctx=ctx)
         out: dict[int, Outcome] = {}
         groups: dict[tuple[Any, ...], list[int]] = {}
+        plans: dict[tuple[Any, ...], TrainPlan | None] = {}
         for i, job in enumerate(jobs):
-            groups.setdefault(architecture(job.share.module), []).append(i)
+            plan = planner(job.share)
+            key = (architecture(job.share.module), plan)
+            groups.setdefault(key, []).append(i)
+            plans[key] = plan
         if len(groups) > 1:
-            self._say(f"vectorised cohort: the wave holds {len(groups)} architectures; each is vectorised apart")
-        for members in groups.values():
+            self._say(f"vectorised cohort: the wave holds {len(groups)} architectures or plans; each is vectorised "
+                      f"apart")
+        for key, members in groups.items():
+            plan = plans[key]
             first = jobs[members[0]]
             sample = first.dataset[first.pool[0]][0] if first.pool else None
-            why_not = self._why_one_by_one(first.share.module, len(members),
-                                           None if sample is None else torch.as_tensor(sample).unsqueeze(0))
+            why_not = ("the local update gives no plan for this share" if plan is None else
+                       self._why_one_by_one(first.share.module, len(members),
+                                            None if sample is None else torch.as_tensor(sample).unsqueeze(0)))
             if why_not is not None:
                 self._say(f"vectorised cohort: {why_not}; training one by one", logging.INFO)
                 chunks = [members]
@@ -129,23 +140,25 @@ class VectorisedCohort:
                 chunks = [members[s:s + self.chunk] for s in range(0, len(members), self.chunk)]
             for chunk in chunks:
                 chosen = [jobs[i] for i in chunk]
-                results = (per_job.fedcore_train_cohort(jobs=chosen, ctx=ctx) if why_not is not None
-                           else self._train_chunk(chosen, update, ctx))
+                results = (per_job.fedcore_train_cohort(jobs=chosen, ctx=ctx) if why_not is not None or plan is None
+                           else self._train_chunk(chosen, plan, ctx))
                 out.update(zip(chunk, results))
         return [out[i] for i in range(len(jobs))]
 
     # -- deciding ---------------------------------------------------------------------------
 
-    def _local_update(self, job: ClientJob) -> tuple[SGDUpdate | None, str]:
+    def _planner(self, job: ClientJob) -> tuple[Callable[[Share], TrainPlan | None] | None, str]:
+        """The local update's ``vectorised_plan``, if it states one for the very class that trains."""
         pipeline = job.hooks.pipeline
         update = pipeline.provider("local_update")
-        if type(update) is not SGDUpdate:
-            return None, f"the local update {_name(update)!r} has no vectorised form (only 'sgd' has)"
+        if _defined_in(type(update), "vectorised_plan") is not _defined_in(type(update), "fedcore_local_update"):
+            return None, (f"the local update {_name(update)!r} states no vectorised_plan for its own "
+                          f"fedcore_local_update (fedcore.training.TrainPlan)")
         impls = pipeline.plugin_manager.hook.fedcore_local_update.get_hookimpls()
         wrappers = [_name(i.plugin) for i in impls if i.wrapper]
         if wrappers:
             return None, f"the local update is wrapped by {', '.join(wrappers)}"
-        return update, ""
+        return update.vectorised_plan, ""
 
     def _why_one_by_one(self, module: nn.Module, clients: int, sample: torch.Tensor | None) -> str | None:
         if clients < 2:
@@ -169,7 +182,7 @@ class VectorisedCohort:
 
     # -- training ---------------------------------------------------------------------------
 
-    def _train_chunk(self, jobs: list[ClientJob], update: SGDUpdate, ctx: RoundContext) -> list[Outcome]:
+    def _train_chunk(self, jobs: list[ClientJob], update: TrainPlan, ctx: RoundContext) -> list[Outcome]:
         """Select each client's data as it would alone, then train the ones that selected without error together."""
         from fedcore.engine.client_job import seed_torch
 
@@ -198,7 +211,7 @@ class VectorisedCohort:
         return [o for o in out if o is not None]
 
     def _fit(self, jobs: list[ClientJob], chosen: list[Sequence[int]], rng_states: list[torch.Tensor],
-             update: SGDUpdate) -> list[Outcome]:
+             update: TrainPlan) -> list[Outcome]:
         if not jobs:
             return []
         modules = [job.share.module for job in jobs]
@@ -218,12 +231,18 @@ class VectorisedCohort:
             generators.append(gen)
         named = [dict(m.named_parameters()) for m in modules]
         train = {k: torch.stack([n[k].detach() for n in named]) for k, p in named[0].items() if p.requires_grad}
-        frozen = {k: torch.stack([n[k].detach() for n in named]) for k, p in named[0].items() if not p.requires_grad}
+        shared, frozen = {}, {}
+        for k, p in named[0].items():
+            if not p.requires_grad:
+                if all(n[k] is p or torch.equal(n[k], p) for n in named[1:]):
+                    shared[k] = p.detach()
+                else:
+                    frozen[k] = torch.stack([n[k].detach() for n in named])
         buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules]) for k, _ in modules[0].named_buffers()}
-        run = StackedRun(template=template, train=train, frozen=frozen, buffers=buffers, streams=streams,
+        run = StackedRun(template=template, train=train, frozen=frozen, shared=shared, buffers=buffers, streams=streams,
                          optimizer=StackedOptimizer(name=update.optimizer, lr=update.lr, momentum=update.momentum,
                                                     weight_decay=update.weight_decay),
-                         mu=update.mu if update.mu > 0 else None, pad=not batch_coupled(template), dropout=sites,
+                         mu=update.mu, clip_norm=update.clip_norm, pad=not batch_coupled(template), dropout=sites,
                          generators=generators, book=lambda i, n: book_samples(modules[i], n))
         with uncounted():
             losses = run.fit()
@@ -232,7 +251,8 @@ class VectorisedCohort:
             for i, (job, module) in enumerate(zip(jobs, modules)):
                 module.train()
                 for k, p in module.named_parameters():
-                    p.copy_((train if k in train else frozen)[k][i])
+                    if k not in shared:
+                        p.copy_((train if k in train else frozen)[k][i])
                 for k, b in module.named_buffers():
                     b.copy_(buffers[k][i])
                 results.append(ClientUpdate.from_share(job.share, num_examples=len(chosen[i]),
