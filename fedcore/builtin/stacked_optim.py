@@ -8,8 +8,6 @@ client's steps are its batches, in order), so the step count is one number per c
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 import torch
 
@@ -45,7 +43,10 @@ class StackedOptimizer:
         for key, grad in grads.items():
             full = params[key]
             param = full if rows is None else full[rows]
-            slots = self.state.setdefault(key, {})
+            slots = self.state.get(key)
+            if slots is None:  # per-client state for every client, so a first step taken by some can be kept
+                names = {"sgd": ("momentum_buffer",) if self.momentum != 0 else (), "adam": ("exp_avg", "exp_avg_sq")}
+                slots = self.state[key] = {k: torch.zeros_like(full) for k in names[self.name]}
             if self.name == "sgd":
                 self._sgd(param, grad, slots, rows, count)
             else:
@@ -63,7 +64,7 @@ class StackedOptimizer:
             else:
                 buf = _rows(slots["momentum_buffer"], rows)
                 buf.mul_(self.momentum).add_(grad, alpha=1.0)
-            _store(slots, "momentum_buffer", buf, rows, param)
+            _store(slots, "momentum_buffer", buf, rows)
             grad = buf
         param.add_(grad, alpha=-self.lr)
 
@@ -84,30 +85,17 @@ class StackedOptimizer:
         step_size = self.lr / bias_correction1
         denom = (exp_avg_sq.sqrt() / bias_correction2 ** 0.5).add_(self.eps)
         param.addcdiv_(exp_avg, denom, value=-step_size)
-        _store(slots, "exp_avg", exp_avg, rows, param)
-        _store(slots, "exp_avg_sq", exp_avg_sq, rows, param)
+        _store(slots, "exp_avg", exp_avg, rows)
+        _store(slots, "exp_avg_sq", exp_avg_sq, rows)
 
 
 def _rows(full: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     return full if rows is None else full[rows]
 
 
-def _store(slots: dict[str, torch.Tensor], key: str, value: torch.Tensor, rows: torch.Tensor | None,
-           like: torch.Tensor) -> None:
+def _store(slots: dict[str, torch.Tensor], key: str, value: torch.Tensor, rows: torch.Tensor | None) -> None:
     """Keep ``value`` as the state of ``rows`` (all clients when ``None``)."""
     if rows is None:
         slots[key] = value
         return
-    full = slots.get(key)
-    if full is None:
-        raise AssertionError("a subset of clients stepped first; every client takes its first step together")
-    full[rows] = value
-
-
-def first_step_state(opt: StackedOptimizer, params: Stacked, names: Sequence[str]) -> None:
-    """Allocate the per-client state so that a first step taken by a subset of clients can be stored."""
-    keys = {"sgd": ("momentum_buffer",) if opt.momentum != 0 else (), "adam": ("exp_avg", "exp_avg_sq")}[opt.name]
-    for name in names:
-        slots = opt.state.setdefault(name, {})
-        for key in keys:
-            slots.setdefault(key, torch.zeros_like(params[name]))
+    slots[key][rows] = value

@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fedcore.builtin.stacked_optim import Stacked, StackedOptimizer, first_step_state
+from fedcore.builtin.stacked_optim import Stacked, StackedOptimizer
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -128,7 +128,6 @@ class StackedRun:
     def _fit(self) -> list[float]:
         clients = len(self.streams)
         anchor = {k: v.detach().clone() for k, v in self.train.items()} if self.mu is not None else None
-        first_step_state(self.optimizer, self.train, list(self.train))
         loss_sum, seen = [0.0] * clients, [0] * clients
         pending: list[tuple[list[int], list[int], torch.Tensor]] = []
         for k in range(max((len(s) for s in self.streams), default=0)):
