@@ -29,6 +29,8 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 class GivenMask(nn.Module):
     """Stands in for ``nn.Dropout`` in the batched forward: multiplies by the mask handed in as buffer ``mask``."""
 
+    mask: torch.Tensor
+
     def __init__(self, p: float) -> None:
         super().__init__()
         self.p = p
@@ -199,7 +201,7 @@ class StackedRun:
 
 
 def _clip(grads: Stacked, max_norm: float) -> None:
-    """Each client's ``clip_grad_norm_(max_norm)``: the 2-norm of its per-tensor 2-norms, scaled down to ``max_norm``."""
+    """Each client's ``clip_grad_norm_(max_norm)``: the 2-norm of its per-tensor 2-norms, scaled to ``max_norm``."""
     norms = [torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads.values()]
     total = torch.linalg.vector_norm(torch.stack(norms, dim=1), dim=1)
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)

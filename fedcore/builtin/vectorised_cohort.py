@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 import fedcore
+from fedcore.builtin.clone import clone_module
 from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.stacked_optim import StackedOptimizer
 from fedcore.builtin.stacked_training import StackedRun, replace_dropout
-from fedcore.builtin.clone import clone_module
 from fedcore.data.arrays import batches
 from fedcore.runtime.meter import book_samples, uncounted
 from fedcore.settings import setting

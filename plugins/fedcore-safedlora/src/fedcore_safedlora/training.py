@@ -49,7 +49,8 @@ class Trainer:
 
     def train(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext, *, epochs: int,
               mu: float = 0.0) -> ClientUpdate:
-        loss = train_epochs(share.module, data, generator=ctx.rng("shuffle"), **self.plan(epochs=epochs, mu=mu).kwargs())
+        plan = self.plan(epochs=epochs, mu=mu)
+        loss = train_epochs(share.module, data, generator=ctx.rng("shuffle"), **plan.kwargs())
         return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})
 
 

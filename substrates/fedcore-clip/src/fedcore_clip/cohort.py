@@ -23,10 +23,10 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 import fedcore
+from fedcore import ClientFailed, ClientUpdate
 from fedcore.builtin import PerJobCohort, StackedOptimizer
 from fedcore.data import ArrayDataset, batches
 from fedcore.settings import setting
-from fedcore.types import ClientFailed, ClientUpdate
 from fedcore_clip.features import FEATURES, SUPPORT, cached_features, encode_all, gather_labels
 from fedcore_clip.learner import PromptedCLIP
 from fedcore_clip.update import PromptUpdate
