@@ -59,12 +59,12 @@ class DropoutSite:
 
 
 def replace_dropout(template: nn.Module, sample: torch.Tensor) -> list[DropoutSite]:
-    """Swap every ``nn.Dropout`` of ``template`` for a :class:`GivenMask`; returns the sites in call order.
+    """Swap every ``nn.Dropout(p > 0)`` of ``template`` for a :class:`GivenMask`; returns the sites in call order.
 
     A probe forward on one sample (no grad, eval mode) records the order and per-sample input shapes.
     A dropout module called twice per forward is refused (``ValueError``): its draws could not be told apart.
     """
-    found = {name: m for name, m in template.named_modules() if type(m) is nn.Dropout}
+    found = {name: m for name, m in template.named_modules() if type(m) is nn.Dropout and float(m.p) > 0}
     calls: list[tuple[str, tuple[int, ...]]] = []
     handles = [m.register_forward_pre_hook(lambda _m, args, name=name: calls.append((name, tuple(args[0].shape[1:]))))
                for name, m in found.items()]

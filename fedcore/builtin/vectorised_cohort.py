@@ -220,7 +220,10 @@ class VectorisedCohort:
             shuffle = job.ctx.rng("shuffle")
             streams.append([b for _ in range(update.epochs)
                             for b in batches(job.dataset, indices, update.batch_size, generator=shuffle)])
-        template = clone_module(modules[0]).train()
+        template = modules[0]  # functional_call swaps its tensors in and back: it is only the program
+        if any(type(m) is nn.Dropout and float(m.p) > 0 for m in template.modules()):
+            template = clone_module(template)  # its dropouts are replaced by given masks
+        template.train()
         sample = next((s[0][0] for s in streams if s), None)
         with uncounted():
             sites = replace_dropout(template, sample) if sample is not None else []
