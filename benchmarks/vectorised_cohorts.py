@@ -34,7 +34,7 @@ def promptfl(clients: int, cohort: Any, rounds: int) -> float:
     from fedcore_clip import prompted_clip
     from fedcore_clip.testing import shapes_data, tiny_backbone
 
-    train, test = shapes_data(2 * clients // 3 + 2, 1, 6, stream="bench")
+    train, test = shapes_data(2 * clients, 1, 6, stream="bench")
     pipe = fedcore.recipe("promptfl", cohort=cohort, partition={"shots": 2, "mode": "random_classes"},
                           local_update={"lr": 0.05, "epochs": 2, "batch_size": 2})
     model = prompted_clip(tiny_backbone(), train.classes, n_ctx=4, seed=0)
