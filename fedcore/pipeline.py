@@ -75,6 +75,11 @@ class Hooks:
         self._pm = pm
         self._pipeline = pipeline
 
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pipeline these hooks call (a cohort trainer reads the local update's settings from it)."""
+        return self._pipeline
+
     def _slot(self, hook: str, **kwargs: Any) -> Any:
         caller = getattr(self._pm.hook, hook)
         result = caller(**kwargs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 import torch
 from torch import nn
 
@@ -26,6 +27,30 @@ OPTIMIZERS = ("sgd", "adam")
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(module, x, y) -> scalar tensor`` for one batch."""
+
+
+@attrs.frozen(kw_only=True)
+class TrainPlan:
+    """The settings of one :func:`train_epochs` call, stated by a local update so a cohort trainer can run it.
+
+    A local update that defines ``vectorised_plan(share) -> TrainPlan | None`` promises that, for that
+    share, its ``fedcore_local_update`` is exactly ``loss = train_epochs(share.module, data,
+    generator=ctx.rng("shuffle"), **plan.kwargs())`` followed by ``ClientUpdate.from_share(share,
+    num_examples=len(data), metrics={"loss": loss})``. The ``vectorised`` cohort then trains many such clients
+    at once (``None``: not this share; it runs one by one).
+    """
+
+    epochs: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    batch_size: int = 32
+    mu: float | None = None
+    clip_norm: float = 0.0
+
+    def kwargs(self) -> dict[str, Any]:
+        return attrs.asdict(self)
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, momentum: float = 0.0,
@@ -92,4 +117,4 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     return loss_sum / max(seen, 1)
 
 
-__all__ = ["OPTIMIZERS", "LossFn", "cross_entropy", "make_optimizer", "train_epochs"]
+__all__ = ["OPTIMIZERS", "LossFn", "TrainPlan", "cross_entropy", "make_optimizer", "train_epochs"]

@@ -16,14 +16,17 @@ from fedcore.builtin.partitioners import (
 )
 from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.semi_async import SemiAsyncRounds, SemiAsyncSchedule
+from fedcore.builtin.stacked_optim import StackedOptimizer
 from fedcore.builtin.staleness import staleness_weight
 from fedcore.builtin.sync_rounds import SyncRounds, UniformSync
+from fedcore.builtin.vectorised_cohort import VectorisedCohort
 from fedcore.builtin.whole_model import WholeModel, working_copy
 
 __all__ = [
     "AsyncRounds", "AsyncSchedule", "BufferedRounds", "BufferedSchedule", "FedAsyncMix", "FedBuffStep",
     "SemiAsyncRounds", "SemiAsyncSchedule", "staleness_weight",
     "AllData", "DirichletPartition", "FedAvg", "FewShotPartition", "GivenPartition", "GlobalEval", "IIDPartition",
-    "PerJobCohort", "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "SyncRounds", "UniformSync", "WholeModel",
+    "PerJobCohort", "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "StackedOptimizer", "SyncRounds",
+    "UniformSync", "VectorisedCohort", "WholeModel",
     "accuracy_and_loss", "convex_mean", "float_buffer_names", "weighted_mean", "working_copy",
 ]

@@ -6,7 +6,7 @@ import attrs
 import fedcore
 from fedcore.contexts import RoundContext
 from fedcore.settings import setting
-from fedcore.training import train_epochs
+from fedcore.training import TrainPlan, train_epochs
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 
 
@@ -26,12 +26,15 @@ class SGDUpdate:
     weight_decay: float = setting(0.0, low=0.0, help="L2 penalty of the optimizer")
     mu: float = setting(0.0, low=0.0, help="FedProx proximal coefficient (0 = plain local SGD)")
 
+    def vectorised_plan(self, share: Share) -> TrainPlan:
+        """This update's loop, for the ``vectorised`` cohort (see :class:`fedcore.training.TrainPlan`)."""
+        return TrainPlan(epochs=self.epochs, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
+                         weight_decay=self.weight_decay, batch_size=self.batch_size,
+                         mu=self.mu if self.mu > 0 else None)
+
     @fedcore.hookimpl
     def fedcore_local_update(
         self, client: ClientInfo, share: Share, data: ClientData, state: ClientState, ctx: RoundContext
     ) -> ClientUpdate:
-        model = share.module
-        loss = train_epochs(model, data, epochs=self.epochs, lr=self.lr, optimizer=self.optimizer,
-                            momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
-                            mu=self.mu if self.mu > 0 else None, generator=ctx.rng("shuffle"))
+        loss = train_epochs(share.module, data, generator=ctx.rng("shuffle"), **self.vectorised_plan(share).kwargs())
         return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})

@@ -22,6 +22,7 @@ def fedcore_register_components(registry: ComponentRegistry) -> None:
     registry.add("whole-model", builtin.WholeModel)
     registry.add("all-data", builtin.AllData)
     registry.add("per-job", builtin.PerJobCohort)
+    registry.add("vectorised", builtin.VectorisedCohort)
     registry.add("uniform", builtin.UniformSync)
     registry.add("async", builtin.AsyncSchedule)
     registry.add("buffered", builtin.BufferedSchedule)

@@ -10,7 +10,7 @@ See docs/runtime.md.
 from fedcore.runtime.clock import Clock, ClockBase, SimClock, clock_of
 from fedcore.runtime.cost_model import CostModel, ResourceError, ShareCost, measure
 from fedcore.runtime.faults import FaultPlan, Faults
-from fedcore.runtime.meter import count_samples
+from fedcore.runtime.meter import book_samples, count_samples, uncounted
 from fedcore.runtime.profiles import (
     DeviceProfile,
     ProfileAssignment,
@@ -23,5 +23,6 @@ from fedcore.runtime.profiles import (
 __all__ = [
     "Clock", "ClockBase", "CostModel", "DeviceProfile", "FaultPlan", "Faults", "ProfileAssignment", "ResourceError",
     "ShareCost", "SimClock",
-    "clock_of", "count_samples", "edge_presets", "jetson_presets", "load_profiles", "measure", "presets",
+    "book_samples", "clock_of", "count_samples", "edge_presets", "jetson_presets", "load_profiles", "measure",
+    "presets", "uncounted",
 ]

@@ -5,6 +5,7 @@ import attrs
 
 import fedcore
 from fedcore.settings import setting
+from fedcore.training import TrainPlan
 from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
 from fedcore_safedlora.plan import INITIATING
 from fedcore_safedlora.training import Trainer
@@ -18,9 +19,14 @@ class StageUpdate(Trainer):
     mu: float = setting(0.01, low=0.0, help="proximal coefficient of the initiating stage (Eq. 5)")
     e2_local_epochs: int = setting(2, low=1, help="local epochs E2 in the annealing stage")
 
+    def vectorised_plan(self, share: Share) -> TrainPlan:
+        """The stage's loop (``vectorised`` cohort): E1 epochs with ``mu``, or E2 plain epochs."""
+        if share.meta.get("stage", INITIATING) == INITIATING:
+            return self.plan(epochs=self.e1_local_epochs, mu=self.mu)
+        return self.plan(epochs=self.e2_local_epochs)
+
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
                              ) -> ClientUpdate:
-        if share.meta.get("stage", INITIATING) == INITIATING:
-            return self.train(client, share, data, ctx, epochs=self.e1_local_epochs, mu=self.mu)
-        return self.train(client, share, data, ctx, epochs=self.e2_local_epochs, mu=0.0)
+        plan = self.vectorised_plan(share)
+        return self.train(client, share, data, ctx, epochs=plan.epochs, mu=plan.mu or 0.0)

@@ -15,7 +15,7 @@ from torch import nn
 
 import fedcore
 from fedcore.settings import setting
-from fedcore.training import train_epochs
+from fedcore.training import TrainPlan, train_epochs
 from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
 
 
@@ -41,11 +41,16 @@ class Trainer:
     batch_size: int = setting(32, low=1)
     clip_norm: float = setting(1.0, low=0.0, help="gradient-norm clip (0 = off)")
 
+    def plan(self, *, epochs: int, mu: float = 0.0) -> TrainPlan:
+        """The loop :meth:`train` runs (``vectorised_plan`` of the local updates built on it)."""
+        return TrainPlan(epochs=epochs, lr=self.lr, optimizer=self.optimizer, momentum=self.momentum,
+                         weight_decay=self.weight_decay, batch_size=self.batch_size, clip_norm=self.clip_norm,
+                         mu=mu if mu > 0 else None)
+
     def train(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext, *, epochs: int,
               mu: float = 0.0) -> ClientUpdate:
-        loss = train_epochs(share.module, data, epochs=epochs, lr=self.lr, optimizer=self.optimizer,
-                            momentum=self.momentum, weight_decay=self.weight_decay, batch_size=self.batch_size,
-                            clip_norm=self.clip_norm, mu=mu if mu > 0 else None, generator=ctx.rng("shuffle"))
+        plan = self.plan(epochs=epochs, mu=mu)
+        loss = train_epochs(share.module, data, generator=ctx.rng("shuffle"), **plan.kwargs())
         return ClientUpdate.from_share(share, num_examples=len(data), metrics={"loss": loss})
 
 
@@ -54,6 +59,9 @@ class EpochsUpdate(Trainer):
     """The baselines' local update: ``epochs`` epochs of the shared trainer on the share's trainable entries."""
 
     epochs: int = setting(2, low=1, help="local epochs per round")
+
+    def vectorised_plan(self, share: Share) -> TrainPlan:
+        return self.plan(epochs=self.epochs)
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext

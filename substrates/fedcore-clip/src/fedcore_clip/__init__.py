@@ -23,6 +23,7 @@ from fedcore_clip.backbone import (
     load_backbone,
     parameter_counts,
 )
+from fedcore_clip.cohort import VectorisedPromptCohort
 from fedcore_clip.evaluate import PromptEval, client_classes, macro_f1, support_indices
 from fedcore_clip.features import FEATURES, SUPPORT, cached_features, encode_all, gather_images, gather_labels
 from fedcore_clip.learner import CoOpPromptLearner, PromptedCLIP, prompted_clip
@@ -35,5 +36,5 @@ __all__ = [
     "PromptUpdate", "PromptedCLIP", "architectures", "cached_features", "check_architecture", "client_classes",
     "create_clip", "encode_all", "gather_images",
     "gather_labels", "load_backbone", "macro_f1", "parameter_counts", "prompted_clip", "require_prompted",
-    "support_indices", "train_prompt",
+    "support_indices", "train_prompt", "VectorisedPromptCohort",
 ]

@@ -2,6 +2,7 @@
 Imports classes and factories only."""
 import fedcore
 from fedcore_clip import configs
+from fedcore_clip.cohort import VectorisedPromptCohort
 from fedcore_clip.evaluate import PromptEval
 from fedcore_clip.share import PromptShare
 
@@ -10,6 +11,7 @@ from fedcore_clip.share import PromptShare
 def fedcore_register_components(registry):
     registry.add("prompt-share", PromptShare)
     registry.add("prompt-eval", PromptEval)
+    registry.add("vectorised-prompt", VectorisedPromptCohort)
     registry.add_model("prompted-clip", configs.prompted_clip_model)
     registry.add_dataset("clip.shapes", configs.shapes)
     registry.add_dataset("clip.digits", configs.digits)

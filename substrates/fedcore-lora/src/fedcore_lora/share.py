@@ -8,7 +8,6 @@ carries peft adapters (see :func:`fedcore_lora.inject_lora`): adapters + an opti
 from __future__ import annotations
 
 from collections.abc import Iterable
-import copy
 import re
 from typing import Any
 
@@ -16,6 +15,7 @@ import attrs
 from torch import nn
 
 import fedcore
+from fedcore.builtin import working_copy
 from fedcore.errors import ConfigError
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
@@ -49,7 +49,7 @@ def subset_share(model: nn.Module, client_id: int, ctx: Any, trainable: Iterable
     Downloads ``download`` (default: the trainable entries) and uploads the trainable entries.
     The engine applies a personalised download the aggregator left for this client (``client_views``).
     """
-    module = copy.deepcopy(model)
+    module = working_copy(model)  # copy.deepcopy semantics, ~3x cheaper on a peft-injected ViT
     wanted = list(dict.fromkeys(trainable))
     params = dict(module.named_parameters())
     unknown = sorted(set(wanted) - set(module.state_dict()))
