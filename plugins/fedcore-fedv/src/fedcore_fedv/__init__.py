@@ -10,4 +10,5 @@ from fedcore_fedv.server import FedVServer
 from fedcore_fedv.share import FedVShare
 from fedcore_fedv.train import FedVTrain
 
-__all__ = ["RECIPES", "FedV", "FedVServer", "FedVShare", "FedVTrain", "FedVZ", "LocalModelEval", "PairedTest", "paired_test"]
+__all__ = ["RECIPES", "FedV", "FedVServer", "FedVShare", "FedVTrain", "FedVZ", "LocalModelEval", "PairedTest",
+           "paired_test"]

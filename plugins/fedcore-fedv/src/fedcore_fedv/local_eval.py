@@ -8,8 +8,8 @@ on the client's test split, so both readings of the FedAvg row can be reported s
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
+import copy
 from typing import Any
 
 import attrs
