@@ -60,7 +60,10 @@ def measure(sub: PrunableViT) -> dict[str, float]:
 def cost_table(shape: ViTShape = VIT_TINY_STAR, devices: dict[str, tuple[float, int]] = E1_DEVICES,
                seed: int = 0) -> list[dict[str, Any]]:
     """One row per (device, method): Co-S2P at the first and the last window position, FedRolex at β = R_n
-    (equal trainable parameters, the residual stream unpruned) and at β = √R_n (the spec's literal width)."""
+    (equal trainable parameters, the residual stream unpruned) and at β = √R_n (the spec's literal width).
+
+    FedRolex slices whole heads, so β is at least one head (1/num_heads): at R_n = 0.0625 on 8 heads FedRolex
+    cannot go below 0.125, and its row says so by its β."""
     torch.manual_seed(seed)
     with torch.no_grad():
         full = PrunableViT(shape)
@@ -71,7 +74,7 @@ def cost_table(shape: ViTShape = VIT_TINY_STAR, devices: dict[str, tuple[float, 
         plan = ClientBudget.plan(shape, budget)
         specs = {"Co-S2P (window at 0)": cos2p_spec(shape, budget, 0),
                  "Co-S2P (window at top)": cos2p_spec(shape, budget, shape.depth - plan.window),
-                 "FedRolex (beta = R)": fedrolex_spec(shape, budget, 0),
+                 "FedRolex (beta = R)": fedrolex_spec(shape, max(budget, 1 / shape.num_heads), 0),
                  "FedRolex (beta = sqrt R)": fedrolex_spec(shape, budget ** 0.5, 0),
                  "full model": SubmodelSpec.full(shape)}
         for method, spec in specs.items():
