@@ -15,6 +15,12 @@ seeded clients are offline for ``dropout_iterations`` iterations from ``dropout_
 it is spec A9.8's). With ``substitute`` the server uses each missing client's latest stored activation
 (and labels) and drops the gradient for that slot; the client's batches of the outage are lost. Without
 it the server waits: the numbers are those of no dropout, only time is lost.
+
+Client sync (spec 003a slot table: ``client_sync = 'none' | 'fedavg_common_layers'``, default ``none`` as in the
+thesis, where client parts never leave their clients): with ``fedavg_common_layers`` every personal client-part
+entry that several clients of the round hold is averaged at the round's end (one round is one epoch and one
+re-partition period), weighted by the samples each trained on; every holder sends it up and gets the mean down as
+``weights``. Units only one client holds are untouched.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from fedcore_split import INPUT_GRAD, LABELS, SMASHED
 from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, unit_entries
 
 SCHEDULES = ("pipelined", "sync", "round-robin")
+CLIENT_SYNCS = ("none", "fedavg_common_layers")
 
 
 class _Client:
@@ -69,6 +76,9 @@ class TreeCohort:
     dropout_start: int = setting(3, low=0, help="first iteration of the outage (after a warm-up)")
     dropout_iterations: int = setting(5, low=0, help="iterations the clients stay offline")
     substitute: bool = setting(True, help="use a missing client's latest activation instead of waiting")
+    client_sync: str = setting("none", choices=CLIENT_SYNCS,
+                               help="fedavg_common_layers: average the client-part units several clients hold at "
+                                    "each round's end (sample-weighted, over the channel)")
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:
@@ -88,6 +98,10 @@ class TreeCohort:
         if share.relay != (self.schedule == "round-robin"):
             raise ConfigError(f"TreeShare.relay={share.relay} with TreeCohort.schedule={self.schedule!r}: the client "
                               f"part is relayed exactly in SL round-robin (relay=true with schedule='round-robin')")
+        if share.relay and self.client_sync != "none":
+            raise ConfigError(f"TreeCohort.client_sync={self.client_sync!r} averages personal client parts; with "
+                              f"TreeShare.relay=true every client already trains the one relayed part: use "
+                              f"client_sync='none'")
 
     @fedcore.hookimpl
     def fedcore_train_cohort(self, jobs: Sequence[Any], ctx: Any) -> list[ClientUpdate | ClientFailed]:
@@ -101,6 +115,8 @@ class TreeCohort:
             self._turns(clients, server, ctx)
         else:
             self._lockstep(clients, server, ctx)
+        if self.client_sync == "fedavg_common_layers":
+            self._sync_common(clients)
         out: list[ClientUpdate | ClientFailed] = []
         for c in clients:
             own = unit_entries(c.job.share.module, 1, c.split - 1)
@@ -110,6 +126,29 @@ class TreeCohort:
             out.append(ClientUpdate.from_share(c.job.share, num_examples=c.samples, client_id=c.id,
                                                metrics={"tl_split": float(c.split)}))
         return out
+
+    @staticmethod
+    def _sync_common(clients: list[_Client]) -> None:
+        """FedAvg of the client-part entries several clients hold, weighted by samples, up and down as weights."""
+        holders: dict[str, list[_Client]] = {}
+        for c in clients:
+            sd = c.job.share.module.state_dict()
+            for k in unit_entries(c.job.share.module, 1, c.split - 1):
+                if sd[k].is_floating_point():
+                    holders.setdefault(k, []).append(c)
+        common = {k: cs for k, cs in holders.items() if len(cs) > 1 and sum(c.samples for c in cs) > 0}
+        sent: dict[int, dict[str, torch.Tensor]] = {}
+        for c in clients:
+            sd = c.job.share.module.state_dict()
+            mine = {k: sd[k] for k, cs in common.items() if c in cs}
+            if mine:
+                sent[c.id] = c.channel.up("weights", mine)
+        mean = {k: sum(sent[c.id][k] * (c.samples / sum(h.samples for h in cs)) for c in cs)
+                for k, cs in common.items()}
+        for c in clients:
+            if c.id in sent:
+                got = c.channel.down("weights", {k: mean[k] for k in sent[c.id]})
+                c.job.share.module.load_state_dict(got, strict=False)
 
     # -- data ------------------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin 
 3. accuracy parity and time-to-accuracy on the micro task (8x8 digits, micro CNN, 4 clients of mixed tiers,
    3 seeds, mean +- std, paired t-test TL vs SL), horizontal and vertical;
 4. dropout robustness (ceil(10 % C) clients offline for 5 iterations in round 2, substitutes on);
-5. the resource table (Tab. 3.2 analogue).
+5. the resource table (Tab. 3.2 analogue);
+6. horizontal accuracy parity with and without ``client_sync = "fedavg_common_layers"`` (``--only parity`` runs
+   just this part).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ SEEDS = (0, 1, 2)
 TIERS = ["tl-low", "tl-low", "tl-medium", "tl-high"]
 HORIZONTAL = ("sl-round-robin", "tree-learning")  # the ablations differ in time only: see the speed-up table
 VERTICAL = ("sl-sync", "tree-learning-vertical")
+SYNCED = "tree-learning + client_sync"  # FedAvg of the client units several clients hold, each round
 DROPOUT = {"dropout_fraction": 0.1, "dropout_round": 2, "dropout_start": 3, "dropout_iterations": 5}
 
 
@@ -116,6 +119,25 @@ def accuracy_section(rounds: int, seeds: Sequence[int]) -> tuple[list[str], dict
     return lines, runs
 
 
+def parity_section(rounds: int, seeds: Sequence[int],
+                   runs: dict[str, list[dict[str, list[float]]]] | None = None) -> list[str]:
+    """Horizontal SL vs TL with personal client parts (the thesis) and with ``client_sync``; reuses ``runs``."""
+    runs = dict(runs or {})
+    for recipe in HORIZONTAL:
+        if recipe not in runs:
+            runs[recipe] = [train_run(recipe, s, rounds) for s in seeds]
+    runs[SYNCED] = [train_run("tree-learning", s, rounds, client_sync="fedavg_common_layers") for s in seeds]
+    base = [r["accuracy"][-1] for r in runs["sl-round-robin"]]
+    lines = [f"| recipe ({rounds} epochs, {len(seeds)} seeds) | client_sync | final accuracy | vs SL (paired) |",
+             "|---|---|---|---|"]
+    for name, sync in (("sl-round-robin", "— (relayed)"), ("tree-learning", "`none`"),
+                       (SYNCED, "`fedavg_common_layers`")):
+        final = [r["accuracy"][-1] for r in runs[name]]
+        vs = "—" if name == "sl-round-robin" else paired(final, base)
+        lines.append(f"| `{name.split(' ')[0]}` | {sync} | {mean_std(final)} | {vs} |")
+    return lines
+
+
 # -- tables and plots --------------------------------------------------------------------------
 
 def speedup_lines(rows: Sequence[speedup.SpeedupRow]) -> list[str]:
@@ -181,9 +203,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 rounds, C in (1, 4): a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only; leave the README and plots alone")
+    parser.add_argument("--only", choices=("parity",), help="parity: only the horizontal SL/TL/client_sync table")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
+    rounds, seeds = (2, SEEDS[:1]) if args.quick else (16, SEEDS)
+    if args.only == "parity":
+        parity = parity_section(rounds, seeds)
+        print("\n".join(parity), f"({time.perf_counter() - start:.0f} s)", sep="\n")
+        if not args.no_write:
+            write_readme({"parity": parity})
+            print(f"wrote {README}")
+        return
     same, total = partitioner_check()
     print(f"partitioner: branch and bound == exhaustive on {same}/{total} instances", flush=True)
     rows = speedup.speedup_table(clients=(1, 4) if args.quick else (1, 2, 4, 6, 8, 12, 16, 20))
@@ -191,8 +222,10 @@ def main(argv: Sequence[str] | None = None) -> None:
               if r.ratio <= 1 or r.times["TL"] > min(r.times["TL-noPartition"], r.times["TL-syncOptimal"])]
     print(f"speed-up: {len(rows)} configurations, TL faster than SL in {sum(r.ratio > 1 for r in rows)}, TL not the "
           f"fastest variant in {len(slower)} ({time.perf_counter() - start:.0f} s)", flush=True)
-    acc_lines, runs = accuracy_section(2 if args.quick else 16, SEEDS[:1] if args.quick else SEEDS)
+    acc_lines, runs = accuracy_section(rounds, seeds)
     print("\n".join(acc_lines), flush=True)
+    parity = parity_section(rounds, seeds, runs)
+    print("\n".join(parity), flush=True)
     res = speedup.resource_table()
     res_lines = ["| method | GFLOPs on clients / epoch | communication (MB) / epoch | learnable params on a client |",
                  "|---|---|---|---|"]
@@ -207,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     plot_speedup(rows, README.parent / "speedup.png")
     plot_accuracy(runs, README.parent / "accuracy.png")
-    write_readme({"summary": summary, "speedup": speedup_lines(rows), "accuracy": acc_lines, "resources": res_lines})
+    write_readme({"summary": summary, "speedup": speedup_lines(rows), "accuracy": acc_lines, "parity": parity,
+                  "resources": res_lines})
     print(f"wrote {README} and its plots")
 
 
