@@ -248,13 +248,19 @@ def test_edge_init_is_independent_per_client_and_seeded():
 
 
 def test_asynchronous_operation_records_staleness():
+    """Watch, phone and laptop clients, two training at once: the laptop (about 4x the phone's speed) is
+    re-dispatched on every arrival, so for the first rounds only it arrives, each time on the newest version
+    (staleness 0). The phone's and the watch's packets arrive later, made on versions the laptop's packets have
+    since replaced: the run must be long enough for them to arrive (4 rounds were not: round 6 is the watch's)."""
     from fedcore.runtime import SimClock
 
     clock = {"clock": SimClock(default_profile="phone"), "profiles": ["watch", "phone", "laptop"]}
-    result = micro_run(rounds=4, run_kwargs=clock, schedule={"name": "async", "concurrency": 2},
+    result = micro_run(rounds=8, run_kwargs=clock, schedule={"name": "async", "concurrency": 2},
                        aggregate={"epochs": 1})
     rows = result.history.rows
     assert all(r["agg_clients"] == 1.0 for r in rows)  # the server trains on each arriving packet
     assert max(r.get("max_staleness") or 0 for r in rows) >= 1  # packets made on an older server version arrived
     assert all("agg_staleness_max" in r for r in rows)  # the server trainer records what it trained on
+    assert [r.get("max_staleness", 0) for r in rows] == [r["agg_staleness_max"] for r in rows]
+    assert {c for r in rows for c in r["clients"]} == {0, 1, 2}  # every device's packets arrived
     assert all(math.isfinite(r["test_accuracy"]) for r in rows)

@@ -88,6 +88,8 @@ class EdgeKDTrain:
         for _ in range(self.epochs):
             order = torch.randperm(len(ids), generator=shuffle)
             for pos in order.split(self.batch_size):
+                if len(pos) == 1 < len(ids):  # batch norm cannot train on one sample (a 1x1 map on small images)
+                    continue
                 x, y = fetch(data.dataset, ids[pos])
                 if self.augment:
                     x = augment(x, crops)
