@@ -33,7 +33,7 @@ def fresh_prompt(model: PromptedCLIP, generator: torch.Generator, std: float = 0
 def null_feature(model: PromptedCLIP) -> torch.Tensor:
     """The normalised image feature of the null input (zeros after normalisation)."""
     size = model.backbone.prep.image_size
-    null = torch.zeros(1, 3, size, size, device=model.backbone.prep.mean.device)  # on the model's device
+    null = torch.zeros(1, 3, size, size, device=model.backbone.prep.mean.device)  # the model's device
     return F.normalize(model.backbone.model.encode_image(null), dim=-1)[0]
 
 
