@@ -268,6 +268,8 @@ def materialize(p: Plan) -> Materials:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
     if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
         model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
+    if "head_seed" in takes and "head_seed" not in given:
+        model_settings["head_seed"] = cfg["seed"]  # a fresh head is part of the run's seeded start, like the split
     if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
         torch.set_num_threads(cfg["threads"])
     seed_everything(cfg["seed"])
