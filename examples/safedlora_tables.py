@@ -22,20 +22,24 @@ BEGIN, END = "<!-- generated:safedlora-results -->", "<!-- /generated:safedlora-
 TARGET = 0.85
 
 
-def _p(p: Paired | None) -> str:
+def _p(p: Paired | None, baseline: bool) -> str:
     if p is None:
-        return "(baseline)"
+        return "(baseline)" if baseline else "-"
     t = "-" if p.t_p is None else f"{p.t_p:.2g}"
     w = "-" if p.wilcoxon_p is None else f"{p.wilcoxon_p:.2g}"
     return f"{p.mean_diff:+.4f} (t p {t}, W p {w})"
 
 
 def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
     s = spread(values)
     return f"{s.mean:.4f}" + ("" if s.std is None else f" ± {s.std:.4f}")
 
 
 def _bytes(histories: list[list[dict[str, Any]]]) -> tuple[str, str]:
+    if not histories:
+        return "-", "-"
     totals = {h[-1]["bytes_up_total"] + h[-1]["bytes_down_total"] for h in histories}
     total = " / ".join(f"{t / MIB:.2f}" for t in sorted(totals))  # one number: the ledger is seed-independent
     tc = [cost_to_target(h, TARGET) for h in histories]
@@ -57,8 +61,8 @@ def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
         best = best_of[s.label]
         vs_best = None if s.label == base.label else paired(best_of[base.label], best)
         total, tc = _bytes(histories)
-        lines.append(f"| {s.label} | {len(s.values)} | {_mean_std(list(s.values.values()))} | {_p(s.vs_baseline)} | "
-                     f"{_mean_std(list(best.values()))} | {_p(vs_best)} | {total} | {tc} |")
+        lines.append(f"| {s.label} | {len(s.values)} | {_mean_std(list(s.values.values()))} | {_p(s.vs_baseline, s.label == base.label)} | "
+                     f"{_mean_std(list(best.values()))} | {_p(vs_best, s.label == base.label)} | {total} | {tc} |")
     missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     per_seed = "; ".join(f"{s.label} " + " / ".join(f"{v:.4f}" for _, v in sorted(s.values.items()))

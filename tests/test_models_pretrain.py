@@ -150,8 +150,11 @@ def test_a_config_run_seeds_the_fresh_head_from_its_seed_unless_head_seed_is_giv
         cfg = load_config(None, base={"seed": seed, "rounds": 1, "num_clients": 3, "recipe": "fedavg",
                                       "dataset": {"name": "digits", "classes": [5, 6, 7, 8, 9]},
                                       "model": {"name": "micro-vit-pretrained", "epochs": 1, **model}})
-        m = materialize(plan(cfg))
-        return m.model, m.resolved["model"]["head_seed"]
+        planned = plan(cfg)  # the resolved config (a run's config.toml, a sweep cell's fingerprint) holds it
+        head_seed = planned.resolved["model"]["head_seed"]
+        m = materialize(planned)
+        assert m.resolved["model"]["head_seed"] == head_seed
+        return m.model, head_seed
 
     (one, s1), (zero, s0) = built(1), built(0)
     (given, sg) = built(1, head_seed=0)

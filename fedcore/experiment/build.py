@@ -205,7 +205,10 @@ def plan(given: Mapping[str, Any]) -> Plan:
     ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
     m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
+    given_model = set(m_settings)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
+    if "head_seed" in m_settings and "head_seed" not in given_model:
+        m_settings["head_seed"] = cfg["seed"]  # a fresh head is part of the run's seeded start, like the split
     Placement.resolve(device=cfg["device"], precision=cfg["precision"])  # a device this machine lacks: one line
     ex_name, ex_settings = split_spec(cfg["executor"])
     ex_class = load_executor_class(ex_name)
@@ -268,8 +271,6 @@ def materialize(p: Plan) -> Materials:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
     if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
         model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
-    if "head_seed" in takes and "head_seed" not in given:
-        model_settings["head_seed"] = cfg["seed"]  # a fresh head is part of the run's seeded start, like the split
     if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
         torch.set_num_threads(cfg["threads"])
     seed_everything(cfg["seed"])
