@@ -140,3 +140,26 @@ def test_a_cache_from_before_deterministic_builds_is_never_read(cache):
     again, info = pretrain("tiny-mlp", epochs=1)
     assert info["path"] != str(stale) and info["format"] == 2 and info["build_threads"] == 1
     assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), again.state_dict().values()))
+
+
+def test_a_config_run_seeds_the_fresh_head_from_its_seed_unless_head_seed_is_given(cache):
+    """Seed s of a sweep is a replicate: its head is drawn with s, as ``pretrained_for_target(head_seed=s)``."""
+    from fedcore.experiment import load_config, materialize, plan
+
+    def built(seed: int, **model):
+        cfg = load_config(None, base={"seed": seed, "rounds": 1, "num_clients": 3, "recipe": "fedavg",
+                                      "dataset": {"name": "digits", "classes": [5, 6, 7, 8, 9]},
+                                      "model": {"name": "micro-vit-pretrained", "epochs": 1, **model}})
+        planned = plan(cfg)  # the resolved config (a run's config.toml, a sweep cell's fingerprint) holds it
+        head_seed = planned.resolved["model"]["head_seed"]
+        m = materialize(planned)
+        assert m.resolved["model"]["head_seed"] == head_seed
+        return m.model, head_seed
+
+    (one, s1), (zero, s0) = built(1), built(0)
+    (given, sg) = built(1, head_seed=0)
+    assert (s1, s0, sg) == (1, 0, 0)
+    expected, _ = pretrained_for_target("micro-vit", epochs=1, head_seed=1)
+    assert torch.equal(one.head.weight, expected.head.weight)
+    assert not torch.equal(one.head.weight, zero.head.weight)
+    assert torch.equal(given.head.weight, zero.head.weight)

@@ -205,7 +205,10 @@ def plan(given: Mapping[str, Any]) -> Plan:
     ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
     m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
+    given_model = set(m_settings)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
+    if "head_seed" in m_settings and "head_seed" not in given_model:
+        m_settings["head_seed"] = cfg["seed"]  # a fresh head is part of the run's seeded start, like the split
     Placement.resolve(device=cfg["device"], precision=cfg["precision"])  # a device this machine lacks: one line
     ex_name, ex_settings = split_spec(cfg["executor"])
     ex_class = load_executor_class(ex_name)

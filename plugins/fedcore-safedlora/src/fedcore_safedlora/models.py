@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def pretrained_micro_vit(**kwargs: Any):
+def pretrained_micro_vit(*, head_seed: int = 0, **kwargs: Any):
     """Alias of the core's ``micro-vit-pretrained`` (timm micro ViT pre-trained by fedcore on digits 0-4, fresh head
-    for digits 5-9), kept so configs naming ``safedlora.micro-vit-pretrained`` still run."""
+    for digits 5-9), kept so configs naming ``safedlora.micro-vit-pretrained`` still run. In a config the head is
+    seeded from the run's ``seed`` unless ``head_seed`` is given."""
     from fedcore.models import micro_vit_pretrained
 
-    return micro_vit_pretrained(**kwargs)
+    return micro_vit_pretrained(head_seed=head_seed, **kwargs)
 
 
 def target_digits(**kwargs: Any):
