@@ -17,8 +17,8 @@ from typing import Any
 from fedcore.experiment import write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
 from fedcore_safedlora.costs import MIB, cost_to_target
+from readme_tables import replace_block
 
-BEGIN, END = "<!-- generated:safedlora-results -->", "<!-- /generated:safedlora-results -->"
 TARGET = 0.85
 
 
@@ -76,14 +76,6 @@ def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
     return "\n".join(out)
 
 
-def replace_block(text: str, block: str) -> str:
-    """``text`` with what lies between the BEGIN and END markers replaced by ``block``."""
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"markers {BEGIN} ... {END} not found")
-    head, rest = text.split(BEGIN, 1)
-    return head + BEGIN + "\n" + block.strip("\n") + "\n" + END + rest.split(END, 1)[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", type=Path, help="the sweep directory")
@@ -94,7 +86,7 @@ def main() -> None:
     block = results_block(args.sweep, plots, args.write)
     print(block)
     if args.write:
-        args.write.write_text(replace_block(args.write.read_text(), block))
+        replace_block(args.write, "safedlora-results", block)
 
 
 if __name__ == "__main__":
