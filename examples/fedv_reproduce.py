@@ -82,10 +82,10 @@ def run_table(a: argparse.Namespace, train, test, seed: int) -> dict:
             if "scratch" in mname:  # the paper's FL baselines start from scratch
                 torch.manual_seed(seed)
                 model = micro_vit(num_classes=5)
-            local = [LocalModelEval(epochs=a.epochs, lr=a.lr, optimizer="adam", batch_size=a.batch)] \
-                if mname.startswith("FedAvg") else []
+            evaluate = LocalModelEval(epochs=a.epochs, lr=a.lr, optimizer="adam", batch_size=a.batch) \
+                if mname.startswith("FedAvg") else SplitEval()
             t0 = time.perf_counter()
-            res = Pipeline([PairedTest(), part, UniformSync(fraction=a.fraction), *comps, SplitEval(), *local]).run(
+            res = Pipeline([PairedTest(), part, UniformSync(fraction=a.fraction), *comps, evaluate]).run(
                 model=model, train=train, test=test, num_clients=a.clients, rounds=a.rounds, seed=seed)
             accs = [float(v) for v in res.history.column("test_accuracy")]
             led = res.ledger

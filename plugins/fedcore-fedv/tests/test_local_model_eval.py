@@ -30,6 +30,7 @@ def test_scores_each_clients_locally_trained_model_on_its_own_test_split():
     ev = LocalModelEval(epochs=2, lr=1e-2, batch_size=8)
     res = run(ev)
     assert "local_model_accuracy" not in res.history[0]  # final_only: only the last evaluation pays for it
+    assert "test_accuracy" in res.history[0] and "test_accuracy" in res.history[-1]  # split-eval's own metrics kept
     got = res.history[-1]["local_model_accuracy"]
     # the same number by hand: each client trains a copy of the final global model on its split, scores its test
     run_ctx = res.run

@@ -4,7 +4,8 @@ A FedAvg run's history scores the global model on each client's paired test spli
 scores "each client's local model": the global model after that client's own local update. This
 evaluator builds that model for every client (the same local training the update slot runs, from the
 round's global model, on the client's training split, with a seeded per-client shuffle) and scores it
-on the client's test split, so both readings of the FedAvg row can be reported side by side.
+on the client's test split, so both readings of the FedAvg row can be reported side by side. It extends
+``split-eval`` (the evaluate slot takes one component), so the history keeps the global model's numbers too.
 """
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from fedcore.builtin import accuracy_and_loss
 from fedcore.settings import setting
 from fedcore.training import OPTIMIZERS, train_epochs
 from fedcore.types import ClientData, ClientInfo, ClientState
+from fedcore_split import SplitEval
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class LocalModelEval:
-    """``local_model_accuracy``: each client's model after ``epochs`` of local training, on its own test split."""
+class LocalModelEval(SplitEval):
+    """``split-eval``'s metrics plus ``local_model_accuracy``: each client's model after ``epochs`` of local
+    training, on its own test split."""
 
     epochs: int = setting(5, low=1, help="local epochs, as in the run's update slot")
     lr: float = setting(1e-3, low=0.0, low_open=True)
@@ -35,12 +38,13 @@ class LocalModelEval:
     @fedcore.hookimpl
     def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[ClientInfo],
                          states: Mapping[int, ClientState], ctx: fedcore.RoundContext) -> dict[str, float]:
+        out = SplitEval.fedcore_evaluate(self, model, dataset, clients, states, ctx)
         run = ctx.run
         part = run.partition if run is not None else None
         if dataset is None or run is None or part is None or part.test is None:
-            return {}
+            return out
         if self.final_only and ctx.round + 1 < run.rounds:
-            return {}
+            return out
         accs, correct, total = [], 0.0, 0
         for client in clients:
             test_idx, train_idx = list(part.test[client.id]), part.train[client.id]
@@ -54,6 +58,6 @@ class LocalModelEval:
             accs.append(acc)
             correct += acc * len(test_idx)
             total += len(test_idx)
-        if not total:
-            return {}
-        return {"local_model_accuracy": correct / total, "local_model_accuracy_unweighted": sum(accs) / len(accs)}
+        if total:
+            out.update(local_model_accuracy=correct / total, local_model_accuracy_unweighted=sum(accs) / len(accs))
+        return out
