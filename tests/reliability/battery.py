@@ -72,7 +72,8 @@ def fedcore(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def kill_at(args: list[str], run_dir: Path, *, after_rows: int, delay: float, timeout: float = 300) -> int:
     """Start ``fedcore ARGS``, SIGKILL it ``delay`` seconds after ``run_dir`` has ``after_rows`` rows; rows then.
 
-    Returns -1 when the run finished before the kill landed (the caller draws another moment).
+    Returns -1 when the run finished before the kill landed (the caller draws another moment); that includes a
+    kill that lands after the run wrote ``state = finished`` but before its process exited.
     """
     cmd = [sys.executable, "-m", "fedcore.cli", *args, "--progress", "none"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -84,4 +85,6 @@ def kill_at(args: list[str], run_dir: Path, *, after_rows: int, delay: float, ti
         return -1
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if status_of(run_dir).get("state") == "finished":
+        return -1
     return len(rows_of(run_dir))
