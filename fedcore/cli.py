@@ -17,6 +17,7 @@ import argparse
 from collections.abc import Sequence
 import json
 from pathlib import Path
+import shlex
 import sys
 from typing import Any, NoReturn
 
@@ -357,7 +358,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise _config_error("give a CONFIG.toml to sweep (or --resume SWEEP_DIR)")
     outcome = run_sweep(config, grid=args.grid, seeds=args.seeds, sets=args.sets, out=out, jobs=args.jobs,
                         ray=args.ray is not None, ray_address=args.ray or None, baseline=args.baseline,
-                        report=print)
+                        report=print, command=None if args.resume else shlex.join(["fedcore", *args.argv]))
     counts = {state: sum(c.state == state for c in outcome.cells) for state in ("finished", "skipped", "failed")}
     print(f"sweep: {counts['finished']} cells run, {counts['skipped']} already finished, {counts['failed']} failed")
     print(f"sweep directory: {outcome.directory}")
@@ -378,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         print(f"fedcore: error: {exc}".replace("fedcore: error: fedcore: ", "fedcore: error: ", 1), file=sys.stderr)
         return EXIT_USAGE

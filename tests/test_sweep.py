@@ -223,3 +223,52 @@ def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path):
     assert [c.state for c in on_ray.cells] == ["finished", "finished"]
     for cell in on_ray.cells:
         assert comparable(cell.run_dir) == comparable(out / cell.run_dir.relative_to(on_ray.directory))
+
+
+def test_a_variant_as_baseline_pairs_every_setting_at_its_own_grid_point(tmp_path):
+    config = tmp_path / "v.toml"
+    config.write_text(CONFIG.replace('[sweep]\nseeds = 3\nbaseline = "lr=0.05"', textwrap.dedent("""
+        [sweep]
+        seeds = 2
+        baseline = "plain"
+        [sweep.variants]
+        plain = {}
+        momentum = { "pipeline.local_update.momentum" = 0.9 }""")))
+    assert main(["sweep", str(config), "--out", str(tmp_path / "s"), "--set", "rounds=2"]) == 0
+    listing = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert listing["command"] == f"fedcore sweep {config} --out {tmp_path / 's'} --set rounds=2"
+    table = sweep_statistics(tmp_path / "s")
+    for other, base in (("momentum lr=0.05", "plain lr=0.05"), ("momentum lr=0.3", "plain lr=0.3")):
+        row = table.get(other)
+        assert row.baseline == base
+        assert row.vs_baseline.mean_diff == pytest.approx(
+            np.mean([final(tmp_path / "s" / other.replace(" ", ",") / f"seed-{s}") -
+                     final(tmp_path / "s" / base.replace(" ", ",") / f"seed-{s}") for s in (0, 1)]))
+        assert table.compare(other, base) == row.vs_baseline
+    assert table.get("plain lr=0.3").vs_baseline is None  # a baseline of its own grid point
+    # a grid part as baseline pairs within each variant; the whole label still means one baseline for all
+    by_lr = sweep_statistics(tmp_path / "s", baseline="lr=0.05")
+    assert [s.baseline for s in by_lr.settings] == ["plain lr=0.05", "plain lr=0.05", "momentum lr=0.05",
+                                                   "momentum lr=0.05"]
+    assert {s.baseline for s in sweep_statistics(tmp_path / "s", baseline="plain lr=0.3").settings} == {"plain lr=0.3"}
+    with pytest.raises(ConfigError, match="'nesterov' is not a setting"):
+        sweep_statistics(tmp_path / "s", baseline="nesterov")
+
+
+def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swept, tmp_path):
+    config, out = swept
+    readme = tmp_path / "README.md"
+    readme.write_text("# plugin\n\nbefore\n<!-- generated:res -->\nold\n<!-- /generated:res -->\nafter\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "examples", "sweep_tables.py"), str(out), "--percent",
+                           "--pair", "lr=0.3:lr=0.05", "--write", str(readme), "--tag", "res"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    text = readme.read_text()
+    assert text.startswith("# plugin\n\nbefore\n<!-- generated:res -->\n**Commands:** `fedcore sweep ")
+    assert "old" not in text and text.endswith("<!-- /generated:res -->\nafter\n")
+    table = sweep_statistics(out)
+    other = table.get("lr=0.3")
+    assert f"| lr=0.3 | 3 | {100 * other.spread.mean:.1f} ± {100 * other.spread.std:.1f} |" in text
+    assert f"| lr=0.3 − lr=0.05 | 3 | {100 * other.vs_baseline.mean_diff:+.1f} |" in text
+    assert (tmp_path / "results" / "res" / "sweep_final.png").stat().st_size > 0

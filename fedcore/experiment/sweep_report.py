@@ -18,15 +18,17 @@ from fedcore.experiment.plots import band_vs_round, final_with_intervals
 from fedcore.experiment.report import RunRecord, load_run, pick_metric
 from fedcore.experiment.rundir import METRICS
 from fedcore.experiment.statistics import Paired, Spread, paired, spread
-from fedcore.experiment.sweep_spec import read_listing, resolve_baseline
+from fedcore.experiment.sweep_spec import pair_baselines, read_listing
 
-COLUMNS = ("setting", "n", "mean", "std", "ci95_low", "ci95_high", "diff_vs_baseline", "t", "t_p", "wilcoxon_p",
-           "values")
+COLUMNS = ("setting", "n", "mean", "std", "ci95_low", "ci95_high", "baseline", "diff_vs_baseline", "t", "t_p",
+           "wilcoxon_p", "values")
 
 
 @attrs.frozen(kw_only=True)
 class SettingStats:
     label: str
+    baseline: str
+    """The setting this one is paired with (itself for a baseline)."""
     values: dict[int, float]
     """seed -> final metric of the finished cells."""
     spread: Spread | None
@@ -38,7 +40,7 @@ class SettingStats:
         s, p = self.spread, self.vs_baseline
         return {"setting": self.label, "n": s.n if s else 0, "mean": s.mean if s else None,
                 "std": s.std if s else None, "ci95_low": s.low if s else None, "ci95_high": s.high if s else None,
-                "diff_vs_baseline": p.mean_diff if p else None, "t": p.t if p else None,
+                "baseline": self.baseline, "diff_vs_baseline": p.mean_diff if p else None, "t": p.t if p else None,
                 "t_p": p.t_p if p else None, "wilcoxon_p": p.wilcoxon_p if p else None,
                 "values": {str(k): v for k, v in sorted(self.values.items())}}
 
@@ -50,6 +52,7 @@ class SweepStatistics:
     directory: Path
     metric: str
     baseline: str
+    """The baseline as given: a setting's label, or parts of labels (a variant's name) paired per grid point."""
     settings: list[SettingStats]
     runs: dict[str, list[RunRecord]] = attrs.field(repr=False)
 
@@ -62,12 +65,16 @@ class SweepStatistics:
                 return s
         raise KeyError(f"no setting {label!r}; settings: {', '.join(s.label for s in self.settings)}")
 
+    def compare(self, other: str, base: str) -> Paired | None:
+        """``other - base`` paired by seed, for any two settings (the table pairs each with its own baseline)."""
+        return paired(self.get(base).values, self.get(other).values)
+
     def markdown(self) -> str:
         head = (f"| setting | seeds | {self.metric} mean ± std | 95% interval | Δ vs {self.baseline} | "
                 f"paired t p | Wilcoxon p |")
         lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
         for s in self.settings:
-            cells = _cells(s, self.baseline)
+            cells = _cells(s)
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
 
@@ -84,7 +91,7 @@ class SweepStatistics:
                     "Wilcoxon p"):
             table.add_column(col, justify="left" if col == "setting" else "right")
         for s in self.settings:
-            table.add_row(*_cells(s, self.baseline))
+            table.add_row(*_cells(s))
         console.print(table)
         missing = [f"{s.label} seed {seed}" for s in self.settings for seed in s.missing]
         if missing:
@@ -117,11 +124,11 @@ def _p(v: float | None) -> str:
     return "-" if v is None else (f"{v:.3g}" if v >= 1e-4 else f"{v:.1e}")
 
 
-def _cells(s: SettingStats, baseline: str) -> list[str]:
+def _cells(s: SettingStats) -> list[str]:
     sp, pr = s.spread, s.vs_baseline
     mean = "-" if sp is None else (_num(sp.mean) + ("" if sp.std is None else f" ± {_num(sp.std)}"))
     interval = "-" if sp is None or sp.low is None else f"[{_num(sp.low)}, {_num(sp.high)}]"
-    if s.label == baseline:
+    if s.label == s.baseline:
         return [s.label, str(len(s.values)), mean, interval, "(baseline)", "", ""]
     diff = "-" if pr is None else f"{pr.mean_diff:+.4f}"
     return [s.label, str(len(s.values)), mean, interval, diff, _p(pr.t_p if pr else None),
@@ -142,7 +149,11 @@ def sweep_statistics(directory: str | Path, *, metric: str | None = None, baseli
     directory = Path(directory)
     listing = read_listing(directory)
     labels = [s["label"] for s in listing["settings"]]
-    base = resolve_baseline(baseline, labels) if baseline is not None else listing["baseline"]
+    parts = [(s["label"], [tuple(p) for p in s.get("parts") or [(f"part{i}", t) for i, t in enumerate(
+        s["label"].split(" "))]]) for s in listing["settings"]]
+    given = baseline if baseline is not None else listing["baseline"]
+    base_of = pair_baselines(given, parts) if baseline is not None or "baselines" not in listing else \
+        dict(listing["baselines"])
     runs: dict[str, list[RunRecord]] = {label: [] for label in labels}
     seeds_of: dict[str, list[int]] = {label: [] for label in labels}
     missing: dict[str, list[int]] = {label: [] for label in labels}
@@ -169,11 +180,12 @@ def sweep_statistics(directory: str | Path, *, metric: str | None = None, baseli
                 missing[label].append(seed)
             else:
                 values[label][seed] = v
-    settings = [SettingStats(label=label, values=values[label],
+    settings = [SettingStats(label=label, baseline=base_of[label], values=values[label],
                              spread=spread(list(values[label].values())) if values[label] else None,
-                             vs_baseline=None if label == base else paired(values[base], values[label]),
+                             vs_baseline=None if label == base_of[label] else paired(values[base_of[label]],
+                                                                                     values[label]),
                              missing=sorted(missing[label])) for label in labels]
-    return SweepStatistics(directory=directory, metric=chosen, baseline=base, settings=settings, runs=runs)
+    return SweepStatistics(directory=directory, metric=chosen, baseline=given, settings=settings, runs=runs)
 
 
 def write_sweep_report(directory: str | Path, out: str | Path | None = None, *, metric: str | None = None,

@@ -129,17 +129,18 @@ def _ray_runner(address: str | None, jobs: int) -> Callable[[Path, Cell], CellRe
 def run_sweep(config: str | Path | Sweep, *, grid: Sequence[str] = (), seeds: int | Sequence[int] | None = None,
               sets: Sequence[str] = (), out: str | Path | None = None, jobs: int = 1, ray: bool = False,
               ray_address: str | None = None, baseline: str | None = None,
-              report: Callable[[str], None] | None = None) -> SweepOutcome:
+              report: Callable[[str], None] | None = None, command: str | None = None) -> SweepOutcome:
     """Run every cell of a sweep into ``out`` (default ``runs/<name>-sweep``); cells already finished there
     are skipped, cells cut short resume. ``jobs`` > 1 runs cells in that many child processes at once; ``ray``
-    runs them as Ray tasks. ``report`` gets one line per cell as it ends."""
+    runs them as Ray tasks. ``report`` gets one line per cell as it ends; ``command`` (the command line that
+    started the sweep) is kept in ``sweep.json`` so a results table can say how it was made."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be >= 1")
     spec = config if isinstance(config, Sweep) else load_sweep_spec(config, sets=sets, grid=grid, seeds=seeds,
                                                                     baseline=baseline)
     cells = spec.cells()  # every cell checked before anything is written
     directory = Path(out) if out is not None else Path("runs") / f"{spec.name}-sweep"
-    write_spec(directory, spec, cells)
+    write_spec(directory, spec, cells, command)
     if ray:
         runner = _ray_runner(ray_address, jobs)
     else:

@@ -43,6 +43,8 @@ class Setting:
 
     label: str
     values: dict[str, Any]
+    parts: tuple[tuple[str, str], ...] = ()
+    """(dimension, text) per part of the label: ``("variant", "fedfft")``, ``("pipeline.x.lr", "lr=0.05")``."""
 
     @property
     def dirname(self) -> str:
@@ -99,9 +101,10 @@ class Sweep:
         variants = list(self.variants.items()) or [("", {})]
         out = []
         for (vname, vvalues), combo in itertools.product(variants, itertools.product(*self.grid.values())):
-            parts = [vname] if vname else []
-            parts += [f"{names[k]}={_render(v)}" for k, v in zip(self.grid, combo)]
-            out.append(Setting(label=" ".join(parts) or "base", values={**vvalues, **dict(zip(self.grid, combo))}))
+            parts = [("variant", vname)] if vname else []
+            parts += [(k, f"{names[k]}={_render(v)}") for k, v in zip(self.grid, combo)]
+            out.append(Setting(label=" ".join(text for _, text in parts) or "base", parts=tuple(parts),
+                               values={**vvalues, **dict(zip(self.grid, combo))}))
         labels = [s.dirname for s in out]
         if len(set(labels)) != len(labels):
             dup = next(lab for lab in labels if labels.count(lab) > 1)
@@ -126,10 +129,12 @@ class Sweep:
         return out
 
     def baseline_label(self) -> str:
-        labels = [s.label for s in self.settings()]
-        if self.baseline is None:
-            return labels[0]
-        return resolve_baseline(self.baseline, labels)
+        """The baseline as given (a label, or parts of labels such as a variant's name), or the first setting."""
+        return self.baseline if self.baseline is not None else self.settings()[0].label
+
+    def baselines(self) -> dict[str, str]:
+        """Each setting's label -> the label of the setting it is paired with (see :func:`pair_baselines`)."""
+        return pair_baselines(self.baseline, [(s.label, s.parts) for s in self.settings()])
 
     def to_toml(self) -> str:
         table: dict[str, Any] = {"seeds": list(self.seeds)}
@@ -145,15 +150,32 @@ class Sweep:
         return header + tomli_w.dumps({**self.base, "sweep": table})
 
 
-def resolve_baseline(given: str, labels: Sequence[str]) -> str:
-    """A setting's label, or a part of exactly one label (``"lr=0.05"`` in ``"fedv lr=0.05"``)."""
-    if given in labels:
-        return given
-    matches = [lab for lab in labels if given in lab.split(" ")]
-    if len(matches) == 1:
-        return matches[0]
-    raise ConfigError(f"sweep baseline {given!r} {'matches several settings' if matches else 'is not a setting'}; "
-                      f"choices: {', '.join(repr(lab) for lab in labels)}")
+def pair_baselines(given: str | None, settings: Sequence[tuple[str, Sequence[tuple[str, str]]]]) -> dict[str, str]:
+    """Each setting's label -> the label of its baseline.
+
+    ``given`` is a whole label (every setting is paired with that one), or some parts of labels, such as a
+    variant's name in a sweep of variants x grid: each setting is then paired with the setting that has those
+    parts and keeps its own other parts (``"fedfft"``: every variant against FedFFT at the same grid point).
+    None: the first setting."""
+    labels = [label for label, _ in settings]
+    if given is None or given in labels:
+        return {label: given if given is not None else labels[0] for label in labels}
+    chosen: dict[str, str] = {}
+    for token in given.split(" "):
+        owners = {dim for _, parts in settings for dim, text in parts if text == token}
+        if len(owners) != 1:
+            raise ConfigError(f"sweep baseline {given!r} is not a setting; choices: "
+                              f"{', '.join(repr(label) for label in labels)} (or a variant's name)")
+        chosen[owners.pop()] = token
+    by_parts = {tuple(parts): label for label, parts in settings}
+    out = {}
+    for label, parts in settings:
+        target = tuple((dim, chosen.get(dim, text)) for dim, text in parts)
+        if target not in by_parts:
+            raise ConfigError(f"sweep baseline {given!r}: no setting {' '.join(t for _, t in target)!r} "
+                              f"to pair {label!r} with")
+        out[label] = by_parts[target]
+    return out
 
 
 def _seeds(value: Any, where: str) -> list[int]:
@@ -230,11 +252,11 @@ def load_sweep_spec(path: str | Path, *, sets: Sequence[str] = (), grid: Sequenc
                               "--seeds" if seeds is not None else "sweep.seeds"),
                  baseline=baseline if baseline is not None else table.get("baseline"), metric=table.get("metric"))
     if spec.baseline is not None:
-        spec.baseline_label()  # a baseline that names no setting is an error now, not after the runs
+        spec.baselines()  # a baseline that names no setting is an error now, not after the runs
     return spec
 
 
-def write_spec(directory: Path, spec: Sweep, cells: Sequence[Cell]) -> None:
+def write_spec(directory: Path, spec: Sweep, cells: Sequence[Cell], command: str | None = None) -> None:
     """``sweep.toml`` and ``sweep.json``; a directory holding another sweep's cells is refused."""
     known = read_cells(directory) if (directory / CELLS).is_file() else []
     fingerprints = {c["dir"]: c["fingerprint"] for c in known}
@@ -247,8 +269,12 @@ def write_spec(directory: Path, spec: Sweep, cells: Sequence[Cell]) -> None:
         raise ConfigError(f"sweep {directory}: the directory is not empty and holds no sweep; choose another --out")
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(directory / SPEC, spec.to_toml().encode())
-    listing = {"name": spec.name, "baseline": spec.baseline_label(), "metric": spec.metric, "seeds": spec.seeds,
-               "settings": [{"label": s.label, "dir": s.dirname, "values": s.values} for s in spec.settings()],
+    if command is None and known:
+        command = read_listing(directory).get("command")  # a resumed sweep keeps the command that started it
+    listing = {"name": spec.name, "command": command, "baseline": spec.baseline_label(), "metric": spec.metric,
+               "seeds": spec.seeds, "baselines": spec.baselines(),
+               "settings": [{"label": s.label, "dir": s.dirname, "values": s.values, "parts": s.parts}
+                            for s in spec.settings()],
                "cells": [{"setting": c.setting.label, "seed": c.seed, "dir": c.dirname, "fingerprint": c.fingerprint}
                          for c in cells]}
     atomic_write(directory / CELLS, (json.dumps(listing, indent=2, default=str) + "\n").encode())
@@ -272,5 +298,5 @@ def is_sweep_dir(path: str | Path) -> bool:
     return (Path(path) / CELLS).is_file()
 
 
-__all__ = ["CELLS", "SPEC", "Cell", "Setting", "Sweep", "is_sweep_dir", "load_sweep_spec", "parse_grid",
-           "read_cells", "read_listing", "resolve_baseline", "write_spec"]
+__all__ = ["CELLS", "SPEC", "Cell", "Setting", "Sweep", "is_sweep_dir", "load_sweep_spec", "pair_baselines",
+           "parse_grid", "read_cells", "read_listing", "write_spec"]
