@@ -272,3 +272,20 @@ def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swep
     assert f"| lr=0.3 | 3 | {100 * other.spread.mean:.1f} ± {100 * other.spread.std:.1f} |" in text
     assert f"| lr=0.3 − lr=0.05 | 3 | {100 * other.vs_baseline.mean_diff:+.1f} |" in text
     assert (tmp_path / "results" / "res" / "sweep_final.png").stat().st_size > 0
+
+
+def test_an_example_config_becomes_a_three_seed_sweep_and_report(tmp_path, capsys):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    example = os.path.join(root, "examples", "fedavg_iid.toml")
+    out = tmp_path / "iid"
+    assert main(["sweep", example, "--seeds", "3", "--set", "rounds=1", "--set", "num_clients=3", "--out",
+                 str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    table = sweep_statistics(out)
+    (base,) = table.settings
+    assert sorted(base.values) == [0, 1, 2] and len(set(base.values.values())) > 1  # the seed changes the run
+    assert f"{base.spread.mean:.4f} ± {base.spread.std:.4f}" in printed
+    assert {p.name for p in (out / "report").iterdir()} >= {"statistics.md", "sweep_final.png",
+                                                             "sweep_accuracy_vs_round.png"}
