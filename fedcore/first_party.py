@@ -25,8 +25,9 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
                       "fedper-share", "local-share", "from-scratch", "safedlora-sgd", "personal-sgd", "personal-eval"),
         "recipe": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
-    "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl",), "model": ("clip-image-classifier",),
-                                              "recipe": ("promptfl",)}),
+    "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl", "classifier-eval"),
+                                              "model": ("clip-image-classifier",),
+                                              "recipe": ("promptfl", "promptfl-finetune")}),
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
         "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),

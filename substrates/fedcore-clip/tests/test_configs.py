@@ -83,3 +83,55 @@ def test_shapes_data_set_and_classnames_required():
         shapes(num_classes=31)
     with pytest.raises(Exception, match="prompted-clip needs classnames"):
         prompted_clip_model()
+
+
+def _built(seed: int, **model):
+    from fedcore.experiment import load_config, materialize, plan
+
+    cfg = load_config(None, base={
+        "seed": seed, "rounds": 1, "num_clients": 3, "recipe": "promptfl",
+        "dataset": {"name": "clip.shapes", "n_train_per_class": 2, "n_test_per_class": 1, "num_classes": 3},
+        "model": {"name": "prompted-clip", "n_ctx": 4, **model}})
+    planned = plan(cfg)
+    m = materialize(planned)
+    assert m.resolved["model"]["head_seed"] == planned.resolved["model"]["head_seed"]
+    return m, planned.resolved["model"]["head_seed"]
+
+
+def test_a_config_run_draws_the_prompt_from_its_seed_unless_head_seed_is_given():
+    """Seed s of a sweep is a replicate: its prompt starts as ``prompted_clip(backbone, seed=s)``; the random
+    backbone's weights follow the model's own ``seed``."""
+    from fedcore_clip import load_backbone, prompted_clip
+
+    (one, s1), (zero, s0), (given, sg) = _built(1), _built(0), _built(1, head_seed=0)
+    assert (s1, s0, sg) == (1, 0, 0)
+    expected = prompted_clip(load_backbone(seed=0), one.model.prompt.classnames, n_ctx=4, seed=1)
+    assert torch.equal(one.model.prompt.ctx, expected.prompt.ctx)
+    assert not torch.equal(one.model.prompt.ctx, zero.model.prompt.ctx)
+    assert torch.equal(given.model.prompt.ctx, zero.model.prompt.ctx)
+    first = next(iter(zero.model.backbone.model.state_dict()))
+    assert torch.equal(one.model.backbone.model.state_dict()[first], zero.model.backbone.model.state_dict()[first])
+
+
+def test_a_zero_learning_rate_leaves_the_prompt_at_its_initialisation(tmp_path, capsys):
+    """The untrained-prompt control of examples/promptfl_sweep.toml: ``local_update.lr = 0`` runs the clients but
+    the prompt does not move, so the run scores the initial prompt; any positive rate moves it."""
+    from fedcore.experiment import load_config, materialize, plan
+
+    def final(lr: float):
+        cfg = load_config(None, base={
+            "seed": 2, "rounds": 2, "num_clients": 3, "recipe": "promptfl",
+            "dataset": {"name": "clip.shapes", "n_train_per_class": 4, "n_test_per_class": 2, "num_classes": 6},
+            "model": {"name": "prompted-clip", "n_ctx": 4}, "pipeline": {"local_update": {"lr": lr, "epochs": 1}}})
+        m = materialize(plan(cfg))
+        start = m.model.prompt.ctx.detach().clone()
+        res = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, **m.run_kwargs)
+        return start, m.model.prompt.ctx.detach(), res.history, m
+
+    start, end, history, m = final(0.0)
+    assert torch.equal(start, end) and len(history.rows) == 2
+    with torch.no_grad():
+        untrained = float((m.model(m.test.x).argmax(-1) == m.test.y).float().mean())
+    assert history.column("test_accuracy") == [untrained, untrained]
+    start, end, _, _ = final(0.02)
+    assert not torch.equal(start, end)

@@ -2,7 +2,7 @@
 
 ``init="pretrained"`` starts from the (frozen-elsewhere) CLIP's image tower (Finetune); ``init="scratch"``
 from a freshly initialised tower of the same open_clip architecture (Scratch). They run on fedcore's
-built-in FedAvg components (whole-model share, local SGD, sample-weighted mean, global evaluation), so
+built-in FedAvg components (whole-model share, local SGD, sample-weighted mean) and ``classifier-eval``, so
 their bytes on the ledger are the full tower + head every round.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from fedcore import Pipeline
-from fedcore.builtin import FedAvg, FewShotPartition, GlobalEval, SGDUpdate, UniformSync, WholeModel
+from fedcore.builtin import FedAvg, FewShotPartition, SGDUpdate, UniformSync, WholeModel
 from fedcore_clip import FrozenCLIP, ImagePrep, create_clip
+from fedcore_promptfl.evaluate import ClassifierEval
 
 
 class ImageTowerClassifier(nn.Module):
@@ -52,10 +53,11 @@ def clip_image_classifier(backbone: FrozenCLIP, num_classes: int, *, init: str =
 def finetune_pipeline(*, shots: int = 2, mode: str = "disjoint", classes_per_client: int = 2, fraction: float = 1.0,
                       lr: float = 0.01, epochs: int = 5, batch_size: int = 32, optimizer: str = "sgd",
                       momentum: float = 0.9, extra: tuple[Any, ...] = ()) -> Pipeline:
-    """FedAvg of the whole image classifier on the same few-shot partition as PromptFL."""
+    """FedAvg of the whole image classifier on the same few-shot partition as PromptFL (recipe
+    ``promptfl-finetune``); evaluated with accuracy and macro-F1 (:class:`ClassifierEval`)."""
     return Pipeline([
         FewShotPartition(shots=shots, mode=mode, classes_per_client=classes_per_client),
         UniformSync(fraction=fraction), WholeModel(),
         SGDUpdate(lr=lr, epochs=epochs, batch_size=batch_size, optimizer=optimizer, momentum=momentum),
-        FedAvg(), GlobalEval(), *extra,
+        FedAvg(), ClassifierEval(), *extra,
     ])

@@ -1,10 +1,14 @@
-"""PromptFL as a recipe: the pipeline of :func:`fedcore_promptfl.promptfl_pipeline` by component names.
+"""PromptFL and its FedAvg baselines as recipes: the pipelines of :func:`fedcore_promptfl.promptfl_pipeline` and
+:func:`fedcore_promptfl.finetune_pipeline` by component names.
 
     recipe = "promptfl"                          # TOML; any slot replaceable: [pipeline.aggregate] name = "median"
     fedcore.recipe("promptfl", local_update={"lr": 0.05})
 
-Few-shot partition (disjoint classes, 2 shots), every client each round, the prompt share (only
+``promptfl``: few-shot partition (disjoint classes, 2 shots), every client each round, the prompt share (only
 ``prompt.ctx`` moves), CoOp SGD of the context, the unweighted mean (Eq. 5.2) and the prompt evaluation.
+``promptfl-finetune``: the same partition and schedule, the whole model shared, local SGD with momentum, the
+sample-weighted mean and ``classifier-eval`` (accuracy and macro-F1); with ``model = { name =
+"clip-image-classifier", init = "pretrained" | "scratch" }`` it is Tables 4.2-4.3's Finetune / Scratch.
 """
 from __future__ import annotations
 
@@ -25,3 +29,16 @@ PROMPTFL_SLOTS: dict[str, Any] = {
 
 PROMPTFL = Recipe(slots=PROMPTFL_SLOTS, test_setup=TEST_SETUP,
                   help="PromptFL (Guo et al. 2023): clients train a shared CoOp prompt on a frozen CLIP; uniform mean")
+
+FINETUNE_SLOTS: dict[str, Any] = {
+    "partition": dict(PROMPTFL_SLOTS["partition"]),
+    "schedule": "uniform",
+    "split": "whole-model",
+    "local_update": {"name": "sgd", "lr": 0.01, "epochs": 5, "batch_size": 32, "optimizer": "sgd", "momentum": 0.9},
+    "aggregate": "fedavg",
+    "evaluate": "classifier-eval",
+}
+
+FINETUNE = Recipe(slots=FINETUNE_SLOTS, test_setup={**TEST_SETUP, "model": {"name": "clip-image-classifier"}},
+                  help="PromptFL's baselines (Tables 4.2-4.3): FedAvg of a CLIP image tower + head on the same "
+                       "few-shot partition (model clip-image-classifier, init = pretrained | scratch)")

@@ -20,9 +20,10 @@ FEDCORE_PRETRAINED = {"fedcore-shapes": "shapes", "fedcore-digits": "digits"}
 
 
 def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_steps: int = 1500,
-              pretrain_seed: int = 0) -> Any:
+              pretrain_seed: int = 0, model: str = "prompted-clip") -> Any:
     """The frozen backbone: random weights (``None``), fedcore's pre-trained tiny CLIP (``fedcore-shapes`` /
-    ``fedcore-digits``: built once, then cached), or an open_clip pretrained tag or checkpoint file."""
+    ``fedcore-digits``: built once, then cached), or an open_clip pretrained tag or checkpoint file. ``model``
+    names the registered model in error messages."""
     from fedcore_clip.backbone import TINY, check_architecture, load_backbone
 
     check_architecture(arch)
@@ -30,7 +31,7 @@ def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_step
         return load_backbone(arch, seed=seed)
     if pretrained in FEDCORE_PRETRAINED:
         if arch != TINY:
-            raise ConfigError(f"prompted-clip: pretrained = {pretrained!r} is fedcore's own {TINY}; "
+            raise ConfigError(f"{model}: pretrained = {pretrained!r} is fedcore's own {TINY}; "
                               f"got arch = {arch!r}")
         from fedcore_clip.pretrain import load_pretrained
 
@@ -40,30 +41,33 @@ def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_step
     tags = list(open_clip.list_pretrained_tags_by_model(arch))
     if pretrained not in tags and not Path(pretrained).is_file():
         known = ", ".join([*tags, *FEDCORE_PRETRAINED] if arch == TINY else tags) or "none"
-        raise ConfigError(f"prompted-clip: pretrained = {pretrained!r} is neither a tag of open_clip "
+        raise ConfigError(f"{model}: pretrained = {pretrained!r} is neither a tag of open_clip "
                           f"architecture {arch!r} ({known}) nor a checkpoint file")
     if pretrained in tags:  # fetch (or find in the cache) the checkpoint before building the model
         try:
             open_clip.download_pretrained(open_clip.get_pretrained_cfg(arch, pretrained))
         except Exception as exc:  # noqa: BLE001 - download/IO errors of open_clip and huggingface_hub, any type
             reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0]
-            raise ConfigError(f"prompted-clip: open_clip weights {arch}/{pretrained} are not available here "
+            raise ConfigError(f"{model}: open_clip weights {arch}/{pretrained} are not available here "
                               f"({type(exc).__name__}: {reason[:120]}); put them in the Hugging Face cache or give "
                               f"a checkpoint file") from None
     return load_backbone(arch, pretrained=pretrained, seed=seed)
 
 
 def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = "fedcore-tiny-clip",
-                        pretrained: str | None = None, seed: int = 0, pretrain_steps: int = 1500,
+                        pretrained: str | None = None, seed: int = 0, head_seed: int = 0, pretrain_steps: int = 1500,
                         pretrain_seed: int = 0, **prompt: Any) -> Any:
     """A frozen open_clip CLIP with a CoOp prompt for ``classnames`` (any architecture; ``pretrained``: None for
-    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, or an open_clip tag)."""
+    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, or an open_clip tag).
+
+    ``seed`` draws a random backbone's weights, ``head_seed`` the prompt's initialisation: the model's fresh
+    trainable part, which a config draws from the run's seed (so seed s of a sweep is a replicate)."""
     from fedcore_clip.learner import prompted_clip
 
     if not classnames:
         raise ConfigError("prompted-clip needs classnames (a config takes them from the data set's classes)")
     backbone = load_clip(arch, pretrained, seed=seed, pretrain_steps=pretrain_steps, pretrain_seed=pretrain_seed)
-    return prompted_clip(backbone, list(classnames), seed=seed, **prompt)
+    return prompted_clip(backbone, list(classnames), seed=head_seed, **prompt)
 
 
 def shapes(*, n_train_per_class: int = 60, n_test_per_class: int = 20, num_classes: int = 30, seed: int = 0):

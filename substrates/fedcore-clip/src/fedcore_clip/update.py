@@ -34,7 +34,8 @@ class PromptUpdate:
     Personal context (PromptPer) is trained with the shared one and kept in ``state.tensors``.
     """
 
-    lr: float = setting(0.001, low=0.0, low_open=True, help="SGD learning rate (thesis: 0.001)")
+    lr: float = setting(0.001, low=0.0, help="SGD learning rate (thesis: 0.001); 0 with no warm-up leaves the "
+                                             "prompt at its initialisation (the untrained-prompt control)")
     epochs: int = setting(5, low=1, help="local epochs E")
     batch_size: int = setting(32, low=1)
     momentum: float = setting(0.9, low=0.0, high=1.0, high_open=True)
