@@ -172,8 +172,9 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
            f"Final accuracy per seed ({' / '.join(str(s) for s in sorted(stats.settings[0].values))}), and the "
            f"time to the target: {'; '.join(per_seed)}.", "",
            "| comparison (paired by seed) | final accuracy Δ | time to SL's 95 % target Δ (s) |", "|---|---|---|"]
+    labels = {s.label for s in stats.settings if s.values}
     for other, base in PAIRS:
-        if stats.get(other).values and stats.get(base).values:
+        if other in labels and base in labels:
             target = targets[mode_of(stats.runs[base][0])]
             times = [{seed: t for seed, run in by_seed(stats.runs[label]).items()
                       if (t := time_to(run, target)) is not None} for label in (other, base)]
