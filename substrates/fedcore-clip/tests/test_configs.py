@@ -83,3 +83,33 @@ def test_shapes_data_set_and_classnames_required():
         shapes(num_classes=31)
     with pytest.raises(Exception, match="prompted-clip needs classnames"):
         prompted_clip_model()
+
+
+def test_a_config_run_draws_the_fresh_prompt_from_its_seed_unless_head_seed_is_given():
+    """Seed s of a sweep re-draws the prompt as it re-draws the split: head_seed defaults to the run's seed."""
+    from fedcore.experiment import materialize, plan
+    from fedcore.experiment.config import validate
+    from fedcore_clip import prompted_clip
+
+    def built(seed: int, **model):
+        cfg = {"seed": seed, "rounds": 1, "num_clients": 2, "recipe": "promptfl",
+               "dataset": {"name": "clip.shapes", "n_train_per_class": 2, "n_test_per_class": 1, "num_classes": 4},
+               "model": {"name": "prompted-clip", "n_ctx": 4, **model}}
+        return materialize(plan(validate(cfg)))
+
+    def ctx(model):
+        return model.prompt.ctx.detach()
+
+    m = built(5)
+    assert m.resolved["model"]["head_seed"] == 5 and m.resolved["model"]["seed"] == 0
+    reference = prompted_clip(load_clip("fedcore-tiny-clip", None), m.train.classes, n_ctx=4, seed=5)
+    assert torch.equal(ctx(m.model), ctx(reference))
+    assert not torch.equal(ctx(built(6).model), ctx(m.model))
+    given = built(6, head_seed=5)
+    assert given.resolved["model"]["head_seed"] == 5 and torch.equal(ctx(given.model), ctx(m.model))
+    # the backbone's own random weights still come from `seed`, not from the run's seed
+    first = next(iter(m.model.backbone.model.state_dict()))
+    assert torch.equal(built(6).model.backbone.model.state_dict()[first], m.model.backbone.model.state_dict()[first])
+    direct = prompted_clip_model(classnames=["a", "b"], n_ctx=4, seed=2, head_seed=7)
+    assert torch.equal(ctx(direct), ctx(prompted_clip(load_clip("fedcore-tiny-clip", None, seed=2), ["a", "b"],
+                                                      n_ctx=4, seed=7)))
