@@ -68,7 +68,7 @@ def _ms(values: list[float]) -> str:
 
 
 def _p(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2g}"
+    return "-" if v is None else f"{v:.3g}"
 
 
 def table(stats: SweepStatistics) -> tuple[list[str], list[str], dict[tuple[float, int, str], list[float]]]:
@@ -77,6 +77,7 @@ def table(stats: SweepStatistics) -> tuple[list[str], list[str], dict[tuple[floa
              "paired t | t p | Wilcoxon p | CaFPT higher | correct labels picked PromptFL / CaFPT |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     per_draw, values = [], {}
+    all_seeds = sorted({seed for s in stats.settings for seed in [*s.values, *s.missing]})
     for rho, shots in grid_points(stats):
         rnd, pvi = stats.get(label(rho, shots, "random")), stats.get(label(rho, shots, "pvi"))
         seeds = sorted(set(rnd.values) & set(pvi.values))
@@ -96,7 +97,8 @@ def table(stats: SweepStatistics) -> tuple[list[str], list[str], dict[tuple[floa
         tests = f"{t} | {_p(pr.t_p if pr else None)} | {_p(pr.wilcoxon_p if pr else None)}"
         lines.append(f"| {rho} | {shots} | {len(seeds)} | {_ms(a)} | {_ms(b)} | {worst} | {delta} | {tests} | "
                      f"{wins} of {len(seeds)} | {clean[0]} / {clean[1]} |")
-        per_draw.append(f"ρ = {rho}, N = {shots}: PromptFL " + " / ".join(f"{100 * v:.1f}" for v in a)
+        which = "" if seeds == all_seeds else f" (seeds {', '.join(map(str, seeds))})"
+        per_draw.append(f"ρ = {rho}, N = {shots}{which}: PromptFL " + " / ".join(f"{100 * v:.1f}" for v in a)
                         + "; CaFPT " + " / ".join(f"{100 * v:.1f}" for v in b))
     return lines, per_draw, values
 
