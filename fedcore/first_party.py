@@ -31,7 +31,7 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-pfedprompt": ("fedcore_pfedprompt", {
         "component": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp", "personal-prompt-eval"),
         "recipe": ("pfedprompt", "promptfl-ft", "promptper", "promptprox", "promptamp")}),
-    "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",)}),
+    "fedcore-cafpt": ("fedcore_cafpt", {"component": ("cafpt",), "recipe": ("cafpt",), "table": ("label_noise",)}),
     "fedcore-pruning": ("fedcore_pruning", {"component": ("submodel-share", "submodel-train", "masked-delta")}),
     "fedcore-fedrolex": ("fedcore_fedrolex", {"recipe": ("fedrolex",)}),
     "fedcore-heterofl": ("fedcore_heterofl", {"recipe": ("heterofl",)}),

@@ -1,4 +1,5 @@
-"""The ``cafpt`` recipe is the pipeline examples/prompt_cafpt.py builds (PromptFL + CaFPT selection): same history."""
+"""The ``cafpt`` recipe is the Python pipeline ``promptfl_pipeline(select=CaFPT(...))`` (PromptFL + CaFPT selection):
+same history."""
 from __future__ import annotations
 
 import pytest

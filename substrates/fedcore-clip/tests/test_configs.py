@@ -111,6 +111,8 @@ def test_a_config_run_draws_the_prompt_from_its_seed_unless_head_seed_is_given()
     assert torch.equal(given.model.prompt.ctx, zero.model.prompt.ctx)
     first = next(iter(zero.model.backbone.model.state_dict()))
     assert torch.equal(one.model.backbone.model.state_dict()[first], zero.model.backbone.model.state_dict()[first])
+    direct = prompted_clip_model(classnames=["a", "b"], n_ctx=4, seed=2, head_seed=7)  # the factory itself
+    assert torch.equal(direct.prompt.ctx, prompted_clip(load_backbone(seed=2), ["a", "b"], n_ctx=4, seed=7).prompt.ctx)
 
 
 def test_a_zero_learning_rate_leaves_the_prompt_at_its_initialisation(tmp_path, capsys):

@@ -1,5 +1,7 @@
-"""Entry point ``cafpt`` (group ``fedcore``): registers the selector and its recipe. Imports classes only."""
+"""Entry point ``cafpt`` (group ``fedcore``): registers the selector, its recipe and the ``[label_noise]`` config
+table. Imports classes only."""
 import fedcore
+from fedcore_cafpt.label_noise import LABEL_NOISE_TABLE
 from fedcore_cafpt.recipes import CAFPT
 from fedcore_cafpt.select import CaFPT
 
@@ -8,3 +10,4 @@ from fedcore_cafpt.select import CaFPT
 def fedcore_register_components(registry):
     registry.add("cafpt", CaFPT)
     registry.add_recipe("cafpt", CAFPT)
+    registry.add_table("label_noise", LABEL_NOISE_TABLE)
