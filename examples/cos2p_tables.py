@@ -91,7 +91,9 @@ def main_tables(stats: SweepStatistics, budget: float) -> list[str]:
         cells = [mean_std(values[name][label]) for name in columns]
         name = label + (" (ends before the budget)" if short else "")
         out.append(f"| {name} | {len(values['final accuracy'][label])} | {' | '.join(cells)} |")
-    out += ["", f"Paired by seed against {BASELINE} (Δ = mean per-seed difference):", "",
+    out += ["", f"Paired by seed against {BASELINE} (Δ = mean per-seed difference; t p = paired t test, W p = Wilcoxon "
+            "signed-rank; t p is '-' where the difference is the same at every seed, as the synchronous methods' "
+            "RU is):", "",
             f"| method | {' | '.join('Δ ' + name for name in columns)} |", "|---|" + "---|" * len(columns)]
     for label in MAIN:
         if label != BASELINE:
@@ -148,7 +150,8 @@ def claims(stats: SweepStatistics, budget: float) -> list[str]:
             f"| RU 1.1–1.2x over FedRolex | {ratio:.3f}x (Δ {diff(p_ru)}) | "
             f"{'yes' if ratio >= 1.1 and p_ru and p_ru.mean_diff > 0 else 'no'}: Co-S2P's RU is {verdict(p_ru)} |",
             f"| higher server accuracy than FedRolex | Δ {diff(p_acc)} at {budget:.4g} virtual s | "
-            f"{'yes' if verdict(p_acc).startswith('higher') else 'no'}: Co-S2P's accuracy is {verdict(p_acc)} |"]
+            f"{ {'higher': 'yes', 'lower': 'no'}.get(verdict(p_acc).split(' ')[0], 'not shown')}: Co-S2P's accuracy is "
+            f"{verdict(p_acc)} |"]
 
 
 def accuracy_vs_time(stats: SweepStatistics, path: Path) -> Path:
