@@ -83,3 +83,19 @@ def test_shapes_data_set_and_classnames_required():
         shapes(num_classes=31)
     with pytest.raises(Exception, match="prompted-clip needs classnames"):
         prompted_clip_model()
+
+
+def test_the_prompt_init_follows_the_run_seed_and_the_backbone_does_not():
+    from fedcore.experiment.build import plan
+    from fedcore.experiment.config import validate
+
+    cfg = {"rounds": 1, "num_clients": 2, "seed": 3, "dataset": {"name": "clip.shapes", "num_classes": 2},
+           "model": {"name": "prompted-clip", "n_ctx": 4}, "pipeline": {"recipe": "promptfl"}}
+    assert plan(validate(cfg)).resolved["model"]["head_seed"] == 3  # a config fills in the run's seed
+    given = {**cfg, "model": {**cfg["model"], "head_seed": 0}}
+    assert plan(validate(given)).resolved["model"]["head_seed"] == 0  # unless it names one
+    names = ["red circle", "red square"]
+    a, b = (prompted_clip_model(classnames=names, n_ctx=4, head_seed=s) for s in (0, 3))
+    assert not torch.equal(a.prompt.ctx, b.prompt.ctx)
+    first = next(iter(a.backbone.model.state_dict()))
+    assert torch.equal(a.backbone.model.state_dict()[first], b.backbone.model.state_dict()[first])

@@ -54,16 +54,19 @@ def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_step
 
 
 def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = "fedcore-tiny-clip",
-                        pretrained: str | None = None, seed: int = 0, pretrain_steps: int = 1500,
-                        pretrain_seed: int = 0, **prompt: Any) -> Any:
+                        pretrained: str | None = None, seed: int = 0, head_seed: int = 0,
+                        pretrain_steps: int = 1500, pretrain_seed: int = 0, **prompt: Any) -> Any:
     """A frozen open_clip CLIP with a CoOp prompt for ``classnames`` (any architecture; ``pretrained``: None for
-    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, or an open_clip tag)."""
+    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, or an open_clip tag).
+
+    ``seed`` draws a random backbone; ``head_seed`` the fresh prompt (the trainable part, like a pre-trained
+    model's new head): a config fills in the run's seed, so each seed of a sweep starts from its own prompt."""
     from fedcore_clip.learner import prompted_clip
 
     if not classnames:
         raise ConfigError("prompted-clip needs classnames (a config takes them from the data set's classes)")
     backbone = load_clip(arch, pretrained, seed=seed, pretrain_steps=pretrain_steps, pretrain_seed=pretrain_seed)
-    return prompted_clip(backbone, list(classnames), seed=seed, **prompt)
+    return prompted_clip(backbone, list(classnames), seed=head_seed, **prompt)
 
 
 def shapes(*, n_train_per_class: int = 60, n_test_per_class: int = 20, num_classes: int = 30, seed: int = 0):
