@@ -108,7 +108,8 @@ def shots_plot(fixed: Table, held: Table, variants: list[str], out: Path) -> Pat
             found = [(s, spread([100 * x for x in vals.values()])) for s, vals in found if vals]
             if found:
                 ax.errorbar([s for s, _ in found], [st.mean for _, st in found], yerr=[st.std or 0.0 for _, st in found],
-                            marker="o", capsize=3, label=NAMES[v], linestyle=":" if v == "label-prior" else "-")
+                            marker="o", capsize=3, label=NAMES[v], color=f"C{list(NAMES).index(v)}",
+                            linestyle=":" if v in ("label-prior", "promptprox") else "-")
         ax.set_xscale("log", base=2)
         ax.set_xticks(table.shots, [str(s) for s in table.shots])
         ax.set_xlabel("shots per class N")
@@ -158,6 +159,9 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     rows += [(f"fixed α: {NAMES[v]} − {NAMES['pfedprompt-thesis']}",
               [diff(fixed.stats.get(f"{v} shots={s}").vs_baseline) for s in shots])
              for v in variants if v != "pfedprompt-thesis"]
+    rows += [(f"fixed α: {NAMES['pfedprompt-sum']} − {NAMES[b]}",
+              [diff(fixed.stats.compare(f"pfedprompt-sum shots={s}", f"{b} shots={s}")) for s in shots])
+             for b in ("promptfl-ft", "promptper") if b in variants]
     rows += [(f"own classes: {NAMES[a]} − {NAMES['promptfl']}", [diff(paired(local.values("promptfl", s),
                                                                                local.values(a, s))) for s in shots])
              for a in MEMORY]
