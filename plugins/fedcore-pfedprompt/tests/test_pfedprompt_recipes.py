@@ -1,4 +1,5 @@
-"""pFedPrompt's recipes are the pipelines examples/prompt_pfedprompt.py builds for each method: same history."""
+"""pFedPrompt's recipes are PromptFL's pipeline, built component by component, with the method's slots replaced:
+same history."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,7 @@ def _one_thread():
 
 
 def example_pipeline(*, update=None, aggregate=None, evaluate=None) -> Pipeline:
-    """``pipeline(args, shots, ...)`` of examples/prompt_pfedprompt.py with micro arguments."""
+    """PromptFL's pipeline by hand, with micro arguments and the given slots replaced."""
     return Pipeline([
         FewShotPartition(shots=2, mode="disjoint", classes_per_client=2), UniformSync(fraction=1.0), PromptShare(),
         update or PromptUpdate(lr=0.05, epochs=1), aggregate or FedAvg(weighting="uniform"), evaluate or PromptEval(),
