@@ -12,14 +12,13 @@ each cell's ``cafpt/scores_client<c>.json``). Writes the block between ``<!-- ge
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 import shlex
 import sys
 
 import numpy as np
-from readme_tables import replace_block
+from readme_tables import emit, plots_dir, tables_parser
 
 import fedcore
 from fedcore.experiment import SweepStatistics, write_sweep_report
@@ -157,16 +156,8 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
-    args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
-    block = results_block(args.sweep, plots, args.write, argv)
-    print(block)
-    if args.write:
-        replace_block(args.write, TAG, block)
-        print(f"wrote the block {TAG!r} into {args.write}")
+    args = tables_parser(__doc__).parse_args(argv)
+    emit(results_block(args.sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":

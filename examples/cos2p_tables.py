@@ -15,18 +15,18 @@ plots under ``plugins/fedcore-cos2p/results/cos2p-results/``.
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 import shlex
 import sys
 from typing import Any
 
+from fedcore_cos2p.metrics import run_ru, staleness_histogram
+from readme_tables import emit, plots_dir, tables_parser
+
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
 from fedcore.experiment.sweep_spec import read_listing
-from fedcore_cos2p.metrics import run_ru, staleness_histogram
-from readme_tables import replace_block
 
 TAG = "cos2p-results"
 BASELINE = "fedrolex"
@@ -211,16 +211,10 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep of examples/cos2p_sweep.toml")
+    parser = tables_parser(__doc__, "the sweep of examples/cos2p_sweep.toml")
     parser.add_argument("schedule_sweep", type=Path, nargs="?", help="the sweep of examples/cos2p_schedule_sweep.toml")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
     args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
-    block = results_block(args.sweep, args.schedule_sweep, plots, args.write, argv)
-    print(block)
-    if args.write:
-        replace_block(args.write, TAG, block)
+    emit(results_block(args.sweep, args.schedule_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":

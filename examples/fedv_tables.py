@@ -14,12 +14,11 @@ sweep's plots go next to the README (``results/fedv-results/``).
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 import shlex
 import sys
 
-from readme_tables import replace_block
+from readme_tables import emit, plots_dir, tables_parser
 
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
@@ -123,18 +122,11 @@ def block(sweep: Path, pairs: list[str], plots: Path, readme: Path | None, argv:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
+    parser = tables_parser(__doc__)
     parser.add_argument("--pair", action="append", default=[], metavar="OTHER:BASE",
                         help="a paired comparison between two rows (a setting, or SETTING/local)")
-    parser.add_argument("--write", type=Path, metavar="README", help=f"replace the block {TAG!r} in this file")
     args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
-    text = block(args.sweep, args.pair, plots, args.write, argv)
-    print(text)
-    if args.write:
-        replace_block(args.write, TAG, text)
-        print(f"wrote the block {TAG!r} into {args.write}")
+    emit(block(args.sweep, args.pair, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":

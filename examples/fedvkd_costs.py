@@ -15,7 +15,7 @@ from pathlib import Path
 import time
 
 from fedcore_distill import forward_macs, num_params, paper_models
-from readme_tables import replace_block
+from readme_tables import emit
 import torch
 
 TAG = "fedvkd-costs"
@@ -58,11 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
-    text = costs_block(paper_costs(), time.perf_counter() - start)
-    print(text)
-    if args.write:
-        replace_block(args.write, TAG, text)
-        print(f"wrote the block {TAG!r} into {args.write}")
+    emit(costs_block(paper_costs(), time.perf_counter() - start), args.write, TAG)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ E6 (the second): barrier vs asynchronous rounds, with messages per round and the
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from pathlib import Path
 import shlex
@@ -29,7 +28,7 @@ from fedcore_distill import (
     fedavg_vit_model,
     forward_macs,
 )
-from readme_tables import replace_block
+from readme_tables import emit, plots_dir, tables_parser
 
 from fedcore.engine.checkpoint import latest_good
 from fedcore.experiment import SweepStatistics, sweep_statistics
@@ -248,17 +247,10 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the finished sweep of examples/fedvkd_sweep.toml")
+    parser = tables_parser(__doc__, "the finished sweep of examples/fedvkd_sweep.toml")
     parser.add_argument("async_sweep", type=Path, help="the finished sweep of examples/fedvkd_async_sweep.toml")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
     args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
-    text = results_block(args.sweep, args.async_sweep, plots, args.write, argv)
-    print(text)
-    if args.write:
-        replace_block(args.write, TAG, text)
-        print(f"wrote the block {TAG!r} into {args.write}")
+    emit(results_block(args.sweep, args.async_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":

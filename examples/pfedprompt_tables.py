@@ -11,18 +11,18 @@ and ``<!-- /generated:pfedprompt-results -->``, the sweep's statistics and plots
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 import shlex
 import sys
 from typing import Any
 
+from readme_tables import emit, plots_dir, tables_parser
+
 from fedcore.experiment import sweep_statistics, write_sweep_report
 from fedcore.experiment.report import RunRecord
 from fedcore.experiment.statistics import Paired, paired, spread
 from fedcore.experiment.sweep_spec import read_listing
-from readme_tables import replace_block
 
 TAG = "pfedprompt-results"
 NAMES = {"promptfl": "PromptFL", "promptfl-ft": "PromptFL+FT", "promptper": "PromptPer", "promptprox": "PromptProx",
@@ -179,15 +179,8 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
 
 def main() -> None:
     argv = sys.argv[1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
-    args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
-    block = results_block(args.sweep, plots, args.write, argv)
-    print(block)
-    if args.write:
-        replace_block(args.write, TAG, block)
+    args = tables_parser(__doc__).parse_args(argv)
+    emit(results_block(args.sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,12 @@
 
 replaces everything between ``<!-- generated:promptfl-results -->`` and ``<!-- /generated:promptfl-results -->``
 (both must already be in the file, once each; a missing or repeated marker is an error, nothing is written).
+The results-table scripts (``examples/*_tables.py``) share their command line through :func:`tables_parser`,
+:func:`plots_dir` and :func:`emit`: ``SWEEP_DIR [--write README]``, plots next to the README.
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
@@ -19,3 +22,23 @@ def replace_block(readme: Path, tag: str, markdown: str) -> None:
     _, tail = rest.split(end)
     readme.write_text(f"{head}{start}\n{markdown.strip()}\n{end}{tail}")
 
+
+def tables_parser(doc: str, sweep_help: str = "the sweep directory") -> argparse.ArgumentParser:
+    """``SWEEP_DIR [--write README]``, the arguments every results-table script takes (add more, then parse)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("sweep", type=Path, help=sweep_help)
+    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
+    return parser
+
+
+def plots_dir(args: argparse.Namespace, tag: str) -> Path:
+    """Where a block's plots go: ``results/TAG`` next to the README written (else inside the sweep)."""
+    return (args.write.parent if args.write else args.sweep) / "results" / tag
+
+
+def emit(text: str, readme: Path | None, tag: str) -> None:
+    """Print the block; with a README, also write it between the tag's markers there."""
+    print(text)
+    if readme is not None:
+        replace_block(readme, tag, text)
+        print(f"wrote the block {tag!r} into {readme}")

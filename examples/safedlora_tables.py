@@ -10,14 +10,14 @@ sweep's plots (``sweep_final.png``, ``sweep_accuracy_vs_round.png``) next to it 
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
+
+from readme_tables import emit, plots_dir, tables_parser
 
 from fedcore.experiment import write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
 from fedcore_safedlora.costs import MIB, cost_to_target
-from readme_tables import replace_block
 
 TARGET = 0.85
 
@@ -77,16 +77,10 @@ def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
+    parser = tables_parser(__doc__)
     parser.add_argument("--plots", type=Path, help="where the plots go (default: README's dir/results/sweep)")
     args = parser.parse_args()
-    plots = args.plots or ((args.write.parent if args.write else args.sweep) / "results" / "sweep")
-    block = results_block(args.sweep, plots, args.write)
-    print(block)
-    if args.write:
-        replace_block(args.write, "safedlora-results", block)
+    emit(results_block(args.sweep, args.plots or plots_dir(args, "sweep"), args.write), args.write, "safedlora-results")
 
 
 if __name__ == "__main__":

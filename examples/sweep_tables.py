@@ -12,15 +12,15 @@ are written next to the README (``results/<tag>/``). Without ``--write`` it prin
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 import shlex
 import sys
 
+from readme_tables import emit, plots_dir, tables_parser
+
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired
 from fedcore.experiment.sweep_spec import read_listing
-from readme_tables import replace_block
 
 
 def _value(v: float | None, scale: float, digits: int) -> str:
@@ -112,27 +112,22 @@ def block(sweep: Path, metrics: list[str | None], pairs: list[str], baseline: st
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
+    parser = tables_parser(__doc__)
     parser.add_argument("--metric", action="append", default=[], help="a recorded metric (repeat for several)")
     parser.add_argument("--baseline", help="pair against this setting or variant instead of the sweep's baseline")
     parser.add_argument("--pair", action="append", default=[], metavar="OTHER:BASE",
                         help="an extra paired comparison: two settings, or two variants at every grid point")
     parser.add_argument("--percent", action="store_true", help="show fractions as percentages")
     parser.add_argument("--digits", type=int, help="decimals (default 4, or 1 with --percent)")
-    parser.add_argument("--write", type=Path, metavar="README", help="replace the marked block in this file")
     parser.add_argument("--tag", help="the block's tag: <!-- generated:TAG --> ... <!-- /generated:TAG -->")
     args = parser.parse_args(argv)
     if args.write and not args.tag:
         parser.error("--write needs --tag")
     scale = 100.0 if args.percent else 1.0
     digits = args.digits if args.digits is not None else (1 if args.percent else 4)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / (args.tag or "sweep")
-    text = block(args.sweep, args.metric or [None], args.pair, args.baseline, scale, digits, plots, args.write, argv)
-    print(text)
-    if args.write:
-        replace_block(args.write, args.tag, text)
-        print(f"wrote the block {args.tag!r} into {args.write}")
+    text = block(args.sweep, args.metric or [None], args.pair, args.baseline, scale, digits,
+                 plots_dir(args, args.tag or "sweep"), args.write, argv)
+    emit(text, args.write, args.tag)
 
 
 if __name__ == "__main__":

@@ -12,18 +12,18 @@ reached it). Writes the block between ``<!-- generated:treelearning-parity -->``
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 import shlex
 import shutil
 import sys
 
+from readme_tables import emit, plots_dir, tables_parser
+
 from fedcore.experiment import SweepStatistics, write_sweep_report
 from fedcore.experiment.report import RunRecord
 from fedcore.experiment.statistics import Paired, paired, spread
 from fedcore.experiment.sweep_spec import read_listing
-from readme_tables import replace_block
 
 TAG = "treelearning-parity"
 TARGET = 0.95  # of the SL setting's mean final accuracy
@@ -193,17 +193,10 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the sweep directory")
-    parser.add_argument("--write", type=Path, metavar="README", help=f"replace the block {TAG!r} in this file")
-    args = parser.parse_args(argv)
-    plots = (args.write.parent if args.write else args.sweep) / "results" / TAG
+    args = tables_parser(__doc__).parse_args(argv)
+    plots = plots_dir(args, TAG)
     plots.mkdir(parents=True, exist_ok=True)
-    block = results_block(args.sweep, plots, args.write, argv)
-    print(block)
-    if args.write:
-        replace_block(args.write, TAG, block)
-        print(f"wrote the block {TAG!r} into {args.write}")
+    emit(results_block(args.sweep, plots, args.write, argv), args.write, TAG)
 
 
 if __name__ == "__main__":
