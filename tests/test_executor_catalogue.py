@@ -21,7 +21,7 @@ import json
 import fedcore
 from fedcore.engine.executor import InlineExecutor
 from fedcore.errors import ConfigError
-from fedcore.experiment.config import Key, Table
+from fedcore.experiment import Key, Table
 
 
 class LoggingExecutor(InlineExecutor):

@@ -7,12 +7,12 @@
 The ``fedcore`` command (:mod:`fedcore.cli`) is a thin layer over this package.
 """
 from fedcore.experiment.build import Materials, Plan, materialize, plan
-from fedcore.experiment.config import load_config, register_table
+from fedcore.experiment.config import Key, Table, load_config, register_table
 from fedcore.experiment.report import load_runs, write_report
 from fedcore.experiment.runner import Outcome, prepare, run_experiment
 from fedcore.experiment.sweep_report import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.sweep_run import SweepOutcome, run_sweep
 
-__all__ = ["Materials", "Outcome", "Plan", "SweepOutcome", "SweepStatistics", "load_config", "load_runs",
-           "materialize", "plan", "prepare", "register_table", "run_experiment", "run_sweep", "sweep_statistics",
-           "write_report", "write_sweep_report"]
+__all__ = ["Key", "Materials", "Outcome", "Plan", "SweepOutcome", "SweepStatistics", "Table", "load_config",
+           "load_runs", "materialize", "plan", "prepare", "register_table", "run_experiment", "run_sweep",
+           "sweep_statistics", "write_report", "write_sweep_report"]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedcore.errors import ConfigError
-from fedcore.experiment.config import Key, Table
+from fedcore.experiment import Key, Table
 from fedcore.rng import numpy_generator
 from fedcore.settings import build, setting
 
