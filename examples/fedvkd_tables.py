@@ -230,14 +230,15 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
     e6 = sweep_statistics(async_sweep, metric="test_accuracy", baseline="barrier")
     plot(stats, plots / "fedvkd_accuracy.png")
     rel = plots.relative_to(readme.parent) if readme is not None else plots
+    n = len(read_listing(sweep)['seeds'])
     return "\n".join([
         f"**Commands:** `{command_of(sweep)}`, `{command_of(async_sweep)}`, then "
         f"`python examples/fedvkd_tables.py {shlex.join(argv)}` (every cell is a run directory; "
         f"{len(stats.settings)} + {len(e6.settings)} settings x seeds {read_listing(sweep)['seeds']}).", "",
         "**E1/E2/E4: accuracy (%)**, best round of each run, mean ± std over seeds; server accuracy = mean over "
         "clients of server ∘ extractor_k; Δ = mean per-seed difference to FedAvg(ViT) at the same partition, in "
-        "points, with the paired t test and the Wilcoxon signed-rank test (two-sided; with 3 seeds the smallest "
-        "Wilcoxon p is 0.25). Chance is 10 %.", "",
+        f"points, with the paired t test and the Wilcoxon signed-rank test (two-sided; with {n} seeds the smallest "
+        f"Wilcoxon p is {2 / 2 ** n:g}). Chance is 10 %.", "",
         *accuracy_block(stats), "",
         "**E6: barrier vs asynchronous FedVKD** (non-IID, watch/phone/laptop clients on a simulated clock; "
         "FedAsync-style schedule with 5 packets in flight):", "",
