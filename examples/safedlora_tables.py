@@ -11,12 +11,15 @@ sweep's plots (``sweep_final.png``, ``sweep_accuracy_vs_round.png``) next to it 
 from __future__ import annotations
 
 from pathlib import Path
+import shlex
+import sys
 from typing import Any
 
 from readme_tables import emit, plots_dir, tables_parser
 
 from fedcore.experiment import write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
+from fedcore.experiment.sweep_spec import read_listing
 from fedcore_safedlora.costs import MIB, cost_to_target
 
 TARGET = 0.85
@@ -48,7 +51,7 @@ def _bytes(histories: list[list[dict[str, Any]]]) -> tuple[str, str]:
     return total, f"{len(reached)} of {len(tc)}{where}"
 
 
-def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
+def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]) -> str:
     stats, _ = write_sweep_report(sweep, plots, baseline="fedfft", metric="test_accuracy")
     base = stats.get(stats.baseline)
     best_of = {s.label: {int(run.config["seed"]): max(r["test_accuracy"] for r in run.rows if "test_accuracy" in r)
@@ -67,7 +70,12 @@ def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     per_seed = "; ".join(f"{s.label} " + " / ".join(f"{v:.4f}" for _, v in sorted(s.values.items()))
                          for s in stats.settings)
-    out = ["", *lines, "", f"Final accuracy per seed (0 / 1 / 2): {per_seed}.",
+    seeds = sorted({seed for s in stats.settings for seed in s.values})
+    listing = read_listing(sweep)
+    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
+    out = [f"**Commands:** `{made}`, then `python examples/safedlora_tables.py {shlex.join(argv)}` "
+           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).",
+           "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
            "Δ = mean per-seed difference to FedFFT; t p = paired t test, W p = Wilcoxon signed-rank (two-sided).", ""]
     if missing:
         out += [f"Not finished (left out): {', '.join(missing)}.", ""]
@@ -76,11 +84,13 @@ def results_block(sweep: Path, plots: Path, readme: Path | None) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = tables_parser(__doc__)
     parser.add_argument("--plots", type=Path, help="where the plots go (default: README's dir/results/sweep)")
-    args = parser.parse_args()
-    emit(results_block(args.sweep, args.plots or plots_dir(args, "sweep"), args.write), args.write, "safedlora-results")
+    args = parser.parse_args(argv)
+    emit(results_block(args.sweep, args.plots or plots_dir(args, "sweep"), args.write, argv), args.write,
+         "safedlora-results")
 
 
 if __name__ == "__main__":
