@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-import shlex
 import sys
 
 import numpy as np
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 import fedcore
 from fedcore.experiment import SweepStatistics, write_sweep_report
@@ -139,16 +138,14 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     lines, per_draw, values = table(stats)
     range_plot(values, plots)
     rel = plots.relative_to(readme.parent) if readme is not None else plots
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
-    missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
-    out = [f"**Commands:** `{made}`, then `python examples/cafpt_tables.py {shlex.join(argv)}` "
-           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).", "",
+    missing = not_finished(stats)
+    out = [commands_line("cafpt_tables.py", argv, sweep), "",
            "Final global test accuracy across draws (seeds); Δ = mean per-draw difference CaFPT − PromptFL, paired "
            "t test and Wilcoxon signed-rank test (two-sided; with 5 pairs the smallest Wilcoxon p is 0.0625):", "",
            *lines, "", "Per draw (seeds " + " / ".join(str(s) for s in listing["seeds"]) + "): "
            + "; ".join(per_draw) + ".", ""]
     if missing:
-        out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+        out += [missing, ""]
     out += [f"![accuracy per N, mean and range over draws]({rel}/cafpt_vs_random.png) "
             f"![final accuracy per setting, mean and 95% interval]({rel}/sweep_final.png)", ""]
     return "\n".join(out)

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-import shlex
 import sys
 from typing import Any
 
 from fedcore_cos2p.metrics import run_ru, staleness_histogram
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
 
 TAG = "cos2p-results"
 BASELINE = "fedrolex"
@@ -182,18 +180,10 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
     schedule = sweep_statistics(schedule_sweep, metric="test_accuracy") if schedule_sweep else None
     accuracy_vs_time(stats, plots / "accuracy_vs_virtual_time.png")
     budget = budget_of(stats)
-    listing = read_listing(sweep)
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
     rel = plots.relative_to(readme.parent) if readme is not None else plots
-    missing = [f"{s.label} seed {seed}" for t in (stats, schedule) if t for s in t.settings for seed in s.missing]
-    commands = f"`{made}`"
-    if schedule_sweep:
-        commands += f", `{read_listing(schedule_sweep).get('command') or f'fedcore sweep --resume {schedule_sweep}'}`"
-        n = len(listing["settings"]) + len(read_listing(schedule_sweep)["settings"])
-    else:
-        n = len(listing["settings"])
-    out = [f"**Commands:** {commands}, then `python examples/cos2p_tables.py {shlex.join(argv)}` "
-           f"({n} settings x seeds {listing['seeds']}; every cell is a run directory).", "",
+    missing = not_finished(stats, schedule)
+    sweeps = [sweep, schedule_sweep] if schedule_sweep else [sweep]
+    out = [commands_line("cos2p_tables.py", argv, *sweeps), "",
            f"**R1 + R4: RU, busy fraction and server accuracy at an equal virtual-time budget ({budget:.4g} s, "
            f"the shortest synchronous run), mean ± std across seeds**", "", *main_tables(stats, budget), "",
            "**Claims of the paper at micro scale (accuracy and RU; the memory and time claims are in the cost "
@@ -203,7 +193,7 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
            "**R6 (Fig. 6) and R8: μ × T_clk, and the staleness of the merged updates**", "",
            *grid_table(stats, schedule), ""]
     if missing:
-        out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+        out += [missing, ""]
     out += [f"![server accuracy vs simulated wall-clock]({rel}/accuracy_vs_virtual_time.png) "
             f"![final accuracy per setting, mean and 95% interval]({rel}/sweep_final.png)", ""]
     return "\n".join(out)

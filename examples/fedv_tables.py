@@ -15,14 +15,12 @@ sweep's plots go next to the README (``results/fedv-results/``).
 from __future__ import annotations
 
 from pathlib import Path
-import shlex
 import sys
 
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
 
 TAG = "fedv-results"
 LOCAL = "local_model_accuracy"
@@ -84,15 +82,12 @@ def table(acc: SweepStatistics, rows: dict[str, dict[int, float]]) -> list[str]:
 
 
 def block(sweep: Path, pairs: list[str], plots: Path, readme: Path | None, argv: list[str]) -> str:
-    listing = read_listing(sweep)
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
     acc, _ = write_sweep_report(sweep, plots, metric="test_accuracy")
     has_local = any(LOCAL in row for runs in acc.runs.values() for run in runs for row in run.rows)
     local = sweep_statistics(sweep, metric=LOCAL) if has_local else None
     rows = rows_of(acc, local)
     seeds = sorted({seed for values in rows.values() for seed in values})
-    out = [f"**Commands:** `{made}`, then `python examples/fedv_tables.py {shlex.join(argv)}` "
-           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).", "",
+    out = [commands_line("fedv_tables.py", argv, sweep), "",
            "Personalised test accuracy after the last round, sample-weighted over the clients' paired test splits "
            "(FedV/FedVZ/frozen: the global encoder with each client's own head and tail; SplitFed and FedAvg: the "
            "global model; `/local`: the same FedAvg runs scored with each client's model after its own local update, "
@@ -111,9 +106,9 @@ def block(sweep: Path, pairs: list[str], plots: Path, readme: Path | None, argv:
             p = paired(rows[base], rows[other])
             out.append(f"| {other} − {base} | {0 if p is None else p.n} | " + " | ".join(_diff(p)) + " |")
         out.append("")
-    missing = [f"{s.label} seed {seed}" for s in acc.settings for seed in s.missing]
+    missing = not_finished(acc)
     if missing:
-        out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+        out += [missing, ""]
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     out += [f"![final accuracy per setting, mean and 95% interval]({rel}/sweep_final.png) "
             f"![accuracy over rounds, mean ± std]({rel}/sweep_accuracy_vs_round.png)", ""]

@@ -28,7 +28,7 @@ from fedcore_distill import (
     fedavg_vit_model,
     forward_macs,
 )
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import emit, not_finished, plots_dir, sweep_command, tables_parser
 
 from fedcore.engine.checkpoint import latest_good
 from fedcore.experiment import SweepStatistics, sweep_statistics
@@ -108,10 +108,6 @@ def ledger_of(run: RunRecord) -> list[dict[str, Any]]:
     return list(state["ledger"])
 
 
-def command_of(sweep: Path) -> str:
-    return read_listing(sweep).get("command") or f"fedcore sweep --resume {sweep}"
-
-
 def accuracy_block(stats: SweepStatistics) -> list[str]:
     labels = [s.label for s in stats.settings]
     variants = list(dict.fromkeys(label.split(" ")[0] for label in labels))
@@ -149,9 +145,9 @@ def accuracy_block(stats: SweepStatistics) -> list[str]:
             f"{NAMES.get(label.split(' ')[0], label)} {label.split(' ')[1]} {n} of "
             f"{sum(len(run.rows) for run in stats.runs[label]) * run_clients(stats.runs[label])}"
             for label, n in failed.items() if n) + "."]
-    missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
+    missing = not_finished(stats)
     if missing:
-        lines += ["", f"Not finished (left out): {', '.join(missing)}."]
+        lines += ["", missing]
     return lines
 
 
@@ -232,7 +228,7 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     n = len(read_listing(sweep)['seeds'])
     return "\n".join([
-        f"**Commands:** `{command_of(sweep)}`, `{command_of(async_sweep)}`, then "
+        f"**Commands:** `{sweep_command(sweep)}`, `{sweep_command(async_sweep)}`, then "
         f"`python examples/fedvkd_tables.py {shlex.join(argv)}` (every cell is a run directory; "
         f"{len(stats.settings)} + {len(e6.settings)} settings x seeds {read_listing(sweep)['seeds']}).", "",
         "**E1/E2/E4: accuracy (%)**, best round of each run, mean ± std over seeds; server accuracy = mean over "

@@ -17,7 +17,7 @@ import shlex
 import sys
 from typing import Any
 
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import sweep_statistics, write_sweep_report
 from fedcore.experiment.report import RunRecord
@@ -166,9 +166,9 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
                                                                                local.values(a, s))) for s in shots])
              for a in MEMORY]
     out += grid("comparison", shots, rows)
-    missing = [f"{s.label} seed {seed}" for s in fixed.stats.settings for seed in s.missing]
+    missing = not_finished(fixed.stats)
     if missing:
-        out += ["", f"Not finished (left out): {', '.join(missing)}."]
+        out += ["", missing]
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     shots_plot(fixed, held, variants, plots)
     out += ["", f"![local accuracy against shots, mean ± std]({rel}/accuracy_vs_shots.png)", "",

@@ -10,7 +10,10 @@ The results-table scripts (``examples/*_tables.py``) share their command line th
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+import shlex
+from typing import Any
 
 
 def replace_block(readme: Path, tag: str, markdown: str) -> None:
@@ -42,3 +45,27 @@ def emit(text: str, readme: Path | None, tag: str) -> None:
     if readme is not None:
         replace_block(readme, tag, text)
         print(f"wrote the block {tag!r} into {readme}")
+
+
+def sweep_command(sweep: Path) -> str:
+    """The command that made a sweep, as its ``sweep.json`` recorded it."""
+    from fedcore.experiment.sweep_spec import read_listing
+
+    return read_listing(sweep).get("command") or f"fedcore sweep --resume {sweep}"
+
+
+def commands_line(script: str, argv: Sequence[str], *sweeps: Path) -> str:
+    """The block's first line: the sweeps' commands, then this table script's, and what the cells are."""
+    from fedcore.experiment.sweep_spec import read_listing
+
+    listings = [read_listing(sweep) for sweep in sweeps]
+    made = ", ".join(f"`{sweep_command(sweep)}`" for sweep in sweeps)
+    return (f"**Commands:** {made}, then `python examples/{script} {shlex.join(argv)}` "
+            f"({sum(len(x['settings']) for x in listings)} settings x seeds {listings[0]['seeds']}; "
+            f"every cell is a run directory).")
+
+
+def not_finished(*tables: Any) -> str | None:
+    """"Not finished (left out): ..." naming the cells a table rests without, or None when every cell finished."""
+    missing = [f"{s.label} seed {seed}" for t in tables if t is not None for s in t.settings for seed in s.missing]
+    return f"Not finished (left out): {', '.join(missing)}." if missing else None

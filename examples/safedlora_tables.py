@@ -11,15 +11,13 @@ sweep's plots (``sweep_final.png``, ``sweep_accuracy_vs_round.png``) next to it 
 from __future__ import annotations
 
 from pathlib import Path
-import shlex
 import sys
 from typing import Any
 
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import write_sweep_report
 from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
 from fedcore_safedlora.costs import MIB, cost_to_target
 
 TARGET = 0.85
@@ -66,19 +64,15 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
         total, tc = _bytes(histories)
         lines.append(f"| {s.label} | {len(s.values)} | {_mean_std(list(s.values.values()))} | {_p(s.vs_baseline, s.label == base.label)} | "
                      f"{_mean_std(list(best.values()))} | {_p(vs_best, s.label == base.label)} | {total} | {tc} |")
-    missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
+    missing = not_finished(stats)
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     per_seed = "; ".join(f"{s.label} " + " / ".join(f"{v:.4f}" for _, v in sorted(s.values.items()))
                          for s in stats.settings)
     seeds = sorted({seed for s in stats.settings for seed in s.values})
-    listing = read_listing(sweep)
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
-    out = [f"**Commands:** `{made}`, then `python examples/safedlora_tables.py {shlex.join(argv)}` "
-           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).",
-           "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
+    out = [commands_line("safedlora_tables.py", argv, sweep), "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
            "Δ = mean per-seed difference to FedFFT; t p = paired t test, W p = Wilcoxon signed-rank (two-sided).", ""]
     if missing:
-        out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+        out += [missing, ""]
     out += [f"![final accuracy, mean and 95% interval]({rel}/sweep_final.png) "
             f"![accuracy over rounds, mean ± std]({rel}/sweep_accuracy_vs_round.png)", ""]
     return "\n".join(out)

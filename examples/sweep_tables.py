@@ -13,14 +13,12 @@ are written next to the README (``results/<tag>/``). Without ``--write`` it prin
 from __future__ import annotations
 
 from pathlib import Path
-import shlex
 import sys
 
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
 from fedcore.experiment.statistics import Paired
-from fedcore.experiment.sweep_spec import read_listing
 
 
 def _value(v: float | None, scale: float, digits: int) -> str:
@@ -78,10 +76,7 @@ def pairs_for(stats: SweepStatistics, given: list[str]) -> list[tuple[str, str]]
 
 def block(sweep: Path, metrics: list[str | None], pairs: list[str], baseline: str | None, scale: float,
           digits: int, plots: Path, readme: Path | None, argv: list[str]) -> str:
-    listing = read_listing(sweep)
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
-    out = [f"**Commands:** `{made}`, then `python examples/sweep_tables.py {shlex.join(argv)}` "
-           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).", ""]
+    out = [commands_line("sweep_tables.py", argv, sweep), ""]
     for i, metric in enumerate(metrics):
         if i == 0:
             stats, _ = write_sweep_report(sweep, plots, metric=metric, baseline=baseline)
@@ -101,9 +96,9 @@ def block(sweep: Path, metrics: list[str | None], pairs: list[str], baseline: st
                 out.append(f"| {other} − {base} | {0 if p is None else p.n} | " + " | ".join(_diff(p, scale, digits))
                            + " |")
             out.append("")
-        missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
+        missing = not_finished(stats)
         if missing:
-            out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+            out += [missing, ""]
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     out += [f"![final metric per setting, mean and 95% interval]({rel}/sweep_final.png) "
             f"![metric over rounds, mean ± std]({rel}/sweep_accuracy_vs_round.png)", ""]

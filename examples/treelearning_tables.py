@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-import shlex
 import shutil
 import sys
 
-from readme_tables import emit, plots_dir, tables_parser
+from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 from fedcore.experiment import SweepStatistics, write_sweep_report
 from fedcore.experiment.report import RunRecord
 from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
 
 TAG = "treelearning-parity"
 TARGET = 0.95  # of the SL setting's mean final accuracy
@@ -154,7 +152,6 @@ def plot_vs_time(stats: SweepStatistics, targets: dict[str, float], path: Path) 
 
 
 def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]) -> str:
-    listing = read_listing(sweep)
     stats, written = write_sweep_report(sweep, metric="test_accuracy", baseline="sl")  # into SWEEP_DIR/report
     for path in written:
         if path.suffix == ".png":
@@ -162,9 +159,7 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     lines, targets, per_seed = table(stats)
     plot_vs_time(stats, targets, plots / "accuracy_vs_sim_time.png")
     rel = plots.relative_to(readme.parent) if readme is not None else plots
-    made = listing.get("command") or f"fedcore sweep --resume {sweep}"
-    out = [f"**Commands:** `{made}`, then `python examples/treelearning_tables.py {shlex.join(argv)}` "
-           f"({len(listing['settings'])} settings x seeds {listing['seeds']}; every cell is a run directory).", "",
+    out = [commands_line("treelearning_tables.py", argv, sweep), "",
            *lines, "",
            "Δ = mean per-seed difference (setting − SL of the same mode: `sl` horizontally, `vsl` vertically); "
            "t p = paired t test, W p = Wilcoxon signed-rank, both two-sided. Targets: "
@@ -182,9 +177,9 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
                        f"{_vs(stats.compare(other, base), 3, _diffs(stats.get(other).values, stats.get(base).values))}"
                        f" | {_vs(paired(times[1], times[0]), 2, _diffs(times[0], times[1]))} |")
     out.append("")
-    missing = [f"{s.label} seed {seed}" for s in stats.settings for seed in s.missing]
+    missing = not_finished(stats)
     if missing:
-        out += [f"Not finished (left out): {', '.join(missing)}.", ""]
+        out += [missing, ""]
     out += [f"![accuracy vs simulated time, mean ± std]({rel}/accuracy_vs_sim_time.png) "
             f"![final accuracy, mean and 95% interval]({rel}/sweep_final.png) "
             f"![accuracy over rounds, mean ± std]({rel}/sweep_accuracy_vs_round.png)", ""]
