@@ -266,3 +266,17 @@ def test_hf_disk_is_the_same_loader(tmp_path):
                                     model={"name": "micro-cnn", "in_chans": 1, "width": 8})))
         assert isinstance(m.train, ImageDataset) and m.train.images.shape == (3, 1, 5, 5)  # grayscale stays 1 channel
         assert torch.equal(m.train.images[1, 0], torch.from_numpy(arrays[1])) and m.test.y.tolist() == [1]
+
+
+def test_a_column_of_feature_vectors_is_used_as_is(tmp_path):
+    vectors = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
+    datasets.Dataset.from_dict({"features": vectors.tolist(), "label": ["b", "a", "b", "c", "a", "c"]}).to_parquet(
+        str(tmp_path / "train.parquet"))
+    spec = {"name": "hf", "path": "parquet", "data_files": str(tmp_path / "train.parquet"), "image": "features",
+            "test_split": "", "cache_dir": str(tmp_path / "cache")}
+    m = materialize(plan(config(spec, pipeline={"partition": "iid"}, num_clients=2,
+                                model={"name": "tiny-mlp", "in_features": 5})))
+    assert m.train.classes == ["a", "b", "c"] and m.train.y.tolist() == [1, 0, 1, 2, 0, 2] and m.test is None
+    assert torch.equal(gather(m.train, [3])[0], torch.from_numpy(vectors[[3]]))
+    with pytest.raises(ConfigError, match=r"column 'features' holds vectors; size, mean, std and transform apply to"):
+        materialize(plan(config({**spec, "size": 4}, pipeline={"partition": "iid"}, num_clients=2)))

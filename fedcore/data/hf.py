@@ -244,7 +244,9 @@ def _numeric_inputs(ds: Any, column: str, feature: Any) -> torch.Tensor:
     if array.dtype.kind not in "uifb" or array.ndim < 2:
         raise ConfigError(f"column {column!r} holds {feature}; the hf dataset reads images, or arrays of numbers "
                           f"(one per row, all the same shape); text is not supported")
-    if array.ndim == 4 and array.shape[-1] in (1, 3, 4) and array.shape[1] not in (1, 3):
+    if array.ndim == 3:  # (n, h, w): one channel
+        array = array[:, None]
+    elif array.ndim == 4 and array.shape[-1] in (1, 3, 4) and array.shape[1] not in (1, 3):
         array = array.transpose(0, 3, 1, 2)  # HWC -> CHW
     if array.dtype.kind == "f" or array.dtype == np.uint8:
         return torch.from_numpy(np.ascontiguousarray(array))
