@@ -279,6 +279,10 @@ def materialize(p: Plan) -> Materials:
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
     p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}
+    try:  # a dataset that makes model inputs per batch (hf images) takes the model's input config now
+        train, test = (d.for_model(model) if hasattr(d, "for_model") else d for d in (train, test))
+    except (TypeError, ValueError, FedcoreError) as exc:
+        raise ConfigError(f"dataset {p.dataset.name}: {str(exc).splitlines()[0]}") from None
     try:
         executor = p.executor_class(**p.executor_settings)
     except (TypeError, ValueError, FedcoreError) as exc:

@@ -103,6 +103,13 @@ class ImagePrep(nn.Module):
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
 
+    @property
+    def fedcore_input_config(self) -> dict[str, Any]:
+        """What a dataset should hand this model (read by fedcore's image transform): [0, 1] images at the
+        tower's size, neither normalised nor channel-expanded here, since :meth:`forward` does both."""
+        return {"input_size": (3, self.image_size, self.image_size), "mean": None, "std": None,
+                "interpolation": "bicubic"}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
         if x.ndim == 3:

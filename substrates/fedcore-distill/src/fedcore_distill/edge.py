@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import fedcore
 from fedcore import RoundContext
+from fedcore.data import gather
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
@@ -26,11 +27,8 @@ EDGE_OPTIMIZER = StashKey[dict]("distill.edge-optimizer")
 
 
 def fetch(dataset: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and labels of samples ``ids`` (ArrayDataset fast path, any indexable dataset otherwise)."""
-    if hasattr(dataset, "x") and hasattr(dataset, "y"):
-        return dataset.x[ids], dataset.y[ids]
-    items = [dataset[int(i)] for i in ids]
-    return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
+    """Inputs and labels of samples ``ids`` (model inputs: an image dataset's transform applied)."""
+    return gather(dataset, ids)
 
 
 def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
