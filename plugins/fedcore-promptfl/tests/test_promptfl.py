@@ -39,7 +39,7 @@ def test_runs_by_name_from_a_config():
     pipe = fedcore.Pipeline.from_config(cfg)
     assert pipe.describe()["slots"]["local_update"] == "promptfl"
     train, test = data()
-    model = fedcore.plugins.registry().get("prompted-clip", kind="model").obj(classnames=train.classes, n_ctx=4)
+    model = fedcore.plugins.registry().get("open_clip", kind="model").obj(classnames=train.classes, n_ctx=4)
     res = pipe.run(model=model, train=train, test=test, num_clients=3, rounds=1, seed=0)
     assert res.ledger.total(direction="up") == 3 * 4 * 64 * 4
 

@@ -75,9 +75,14 @@ def get_tokenizer(name: str):
 
 
 def create_clip(name: str, *, pretrained: str | None = None, seed: int = 0, **kwargs: Any) -> nn.Module:
-    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode."""
+    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode.
+
+    Built on torch's current default device (open_clip would move it to the CPU), so inside
+    ``with torch.device("meta"):`` a random model (``pretrained=None``) costs no memory: the planner's
+    parameter and FLOP counts."""
     check_architecture(name)
     oc = _open_clip()
+    kwargs.setdefault("device", torch.empty(0).device)
     quiet = logging.getLogger().isEnabledFor(logging.WARNING) and pretrained is None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
