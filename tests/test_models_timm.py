@@ -62,6 +62,8 @@ def test_weights_saved_to_a_file_load_by_config_tensor_for_tensor(tmp_path, suff
     assert list(loaded) == list(state)
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
     assert m.resolved["model"]["pretrained"] == str(path)
+    for cfg in (m.model.pretrained_cfg, m.model.default_cfg):  # timm's cfg names the file, holds no second copy
+        assert cfg["file"] == str(path) and "state_dict" not in cfg
     assert not torch.equal(built(seed=2).state_dict()["blocks.0.attn.qkv.weight"], state["blocks.0.attn.qkv.weight"])
 
 

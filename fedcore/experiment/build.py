@@ -47,6 +47,10 @@ def _parameters(fn: Any) -> list[inspect.Parameter]:
     return list(inspect.signature(target).parameters.values())
 
 
+_PLAIN_TYPES = {"bool", "int", "float", "str", "list", "dict"}
+"""TOML's value types by Python name: an annotation listing several of them is checked against them."""
+
+
 def _annotated_types(fn: Any) -> dict[str, set[str]]:
     """Per keyword parameter, the type names its annotation lists (``"bool | str"`` -> {"bool", "str"})."""
     out: dict[str, set[str]] = {}
@@ -92,7 +96,7 @@ def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str
         if d is None or v is None:
             continue
         kinds = annotated.get(k, set()) - {"None"}
-        if len(kinds) > 1:  # a setting that takes several types (``pretrained: bool | str``)
+        if len(kinds) > 1 and kinds <= _PLAIN_TYPES:  # a setting that takes several types (``pretrained: bool | str``)
             if type(v).__name__ in kinds or isinstance(v, int) and not isinstance(v, bool) and "float" in kinds:
                 continue
             raise ConfigError(f"{where}.{k} = {_show(v)} has type {_type_name(type(v))}; expected "

@@ -105,6 +105,7 @@ class ImagePrep(nn.Module):
     def __init__(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         super().__init__()
         self.image_size = int(image_size)
+        self.stats = (tuple(float(m) for m in mean), tuple(float(s) for s in std))  # readable on the meta device
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
 
