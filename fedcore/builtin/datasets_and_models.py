@@ -1,4 +1,5 @@
-"""Named datasets and models for configs: ``dataset = "digits"``, ``model = {name = "micro-cnn"}``."""
+"""Named datasets and models for configs: ``dataset = "digits"``, ``model = {name = "micro-cnn"}``,
+``model = {name = "timm", arch = "deit_small_patch16_224"}`` (any timm architecture, docs/models.md)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -68,7 +69,7 @@ def hf_disk(*, path: str, train_split: str = "train", test_split: str = "test", 
 
 
 def register(registry: Any) -> None:
-    from fedcore.models import micro_cnn, micro_vit, micro_vit_pretrained, tiny_mlp
+    from fedcore.models import micro_cnn, micro_vit, micro_vit_pretrained, timm_model, tiny_mlp
 
     registry.add_dataset("digits", digits)
     registry.add_dataset("synthetic", synthetic)
@@ -80,3 +81,4 @@ def register(registry: Any) -> None:
     registry.add_model("micro-vit", micro_vit)
     registry.add_model("micro-vit-pretrained", micro_vit_pretrained)
     registry.add_model("tiny-mlp", tiny_mlp)
+    registry.add_model("timm", timm_model)

@@ -23,6 +23,7 @@ import fedcore
 from fedcore.errors import ConfigError, FedcoreError
 from fedcore.experiment.config import _show, _type_name, tables
 from fedcore.hookspecs import SLOT_HOOKS
+from fedcore.models.lora import LoRAConfig, applies_model_lora, attach_lora
 from fedcore.pipeline import Pipeline
 from fedcore.recipes import get_recipe
 from fedcore.registry import Entry
@@ -40,11 +41,29 @@ def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return spec["name"], {k: v for k, v in spec.items() if k != "name"}
 
 
-def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
-    """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
+def _parameters(fn: Any) -> list[inspect.Parameter]:
     # misc: mypy calls __init__ on an instance unsound; here it is the class's own, only read for its signature
     target = fn.__init__ if isinstance(fn, type) else fn  # type: ignore[misc]
-    params = list(inspect.signature(target).parameters.values())
+    return list(inspect.signature(target).parameters.values())
+
+
+_PLAIN_TYPES = {"bool", "int", "float", "str", "list", "dict"}
+"""TOML's value types by Python name: an annotation listing several of them is checked against them."""
+
+
+def _annotated_types(fn: Any) -> dict[str, set[str]]:
+    """Per keyword parameter, the type names its annotation lists (``"bool | str"`` -> {"bool", "str"})."""
+    out: dict[str, set[str]] = {}
+    for p in _parameters(fn):
+        text = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", None)
+        if isinstance(text, str):
+            out[p.name] = {part.strip() for part in text.split("|")}
+    return out
+
+
+def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
+    """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
+    params = _parameters(fn)
     if isinstance(fn, type):
         params = params[1:]  # self
     defaults, required, var_kw = {}, set(), False
@@ -63,6 +82,7 @@ def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str
     """Settings for a factory with unknown names, missing required ones and wrong types reported; returns
     the settings with the factory's plain defaults filled in (for the resolved config)."""
     defaults, required, var_kw = factory_defaults(fn)
+    annotated = _annotated_types(fn)
     allowed = sorted(set(defaults) | required)
     if not var_kw:
         unknown = [k for k in settings if k not in allowed]
@@ -75,6 +95,12 @@ def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str
         d = defaults.get(k)
         if d is None or v is None:
             continue
+        kinds = annotated.get(k, set()) - {"None"}
+        if len(kinds) > 1 and kinds <= _PLAIN_TYPES:  # a setting that takes several types (``pretrained: bool | str``)
+            if type(v).__name__ in kinds or isinstance(v, int) and not isinstance(v, bool) and "float" in kinds:
+                continue
+            raise ConfigError(f"{where}.{k} = {_show(v)} has type {_type_name(type(v))}; expected "
+                              f"{' or '.join(sorted(kinds))}")
         if isinstance(d, bool) or isinstance(v, bool):
             ok = isinstance(v, bool) == isinstance(d, bool)
         elif isinstance(d, float):
@@ -157,6 +183,8 @@ class Plan:
     dataset_settings: dict[str, Any]
     model: Entry
     model_settings: dict[str, Any]
+    lora: LoRAConfig | None = None
+    """``[model.lora]``: attached to the built model for the components that inject the adapters."""
     executor_class: type
     executor_settings: dict[str, Any]
     resolved: dict[str, Any]
@@ -205,6 +233,7 @@ def plan(given: Mapping[str, Any]) -> Plan:
     ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
     m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
+    lora = LoRAConfig.from_table(m_settings.pop("lora")) if "lora" in m_settings else None
     given_model = set(m_settings)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
     if "head_seed" in m_settings and "head_seed" not in given_model:
@@ -219,13 +248,25 @@ def plan(given: Mapping[str, Any]) -> Plan:
         except ImportError as exc:
             raise ConfigError(f"output.tensorboard = true needs the tensorboard package ({exc}); "
                               f"pip install tensorboard") from None
+    if lora is not None and not any(applies_model_lora(c) for c in pipeline.components):
+        raise ConfigError("model.lora: no component of this pipeline applies LoRA adapters; use a LoRA recipe "
+                          "(recipe = \"fedlora\" or \"sa-fedlora\") or split = \"lora-share\"")
     resolved = dict(cfg)
     resolved["dataset"] = {"name": ds_name, **_plain(ds_settings)}
-    resolved["model"] = {"name": m_name, **_plain(m_settings)}
+    resolved["model"] = model_spec(m_name, m_settings, lora)
     resolved["executor"] = {"name": ex_name, **_plain(ex_settings)}
     resolved["pipeline"] = resolve_pipeline(cfg["pipeline"], pipeline)
     return Plan(config=cfg, pipeline=pipeline, dataset=ds_entry, dataset_settings=ds_settings, model=m_entry,
-                model_settings=m_settings, executor_class=ex_class, executor_settings=ex_settings, resolved=resolved)
+                model_settings=m_settings, lora=lora, executor_class=ex_class, executor_settings=ex_settings,
+                resolved=resolved)
+
+
+def model_spec(name: str, settings: Mapping[str, Any], lora: LoRAConfig | None) -> dict[str, Any]:
+    """The resolved ``model`` table: the factory's settings, then ``lora`` (``[model.lora]``) when given."""
+    spec = {"name": name, **_plain(settings)}
+    if lora is not None:
+        spec["lora"] = lora.as_table()
+    return spec
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -263,7 +304,7 @@ def materialize(p: Plan) -> Materials:
         raise ConfigError(f"dataset {p.dataset.name}: {reason}") from None
     train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
     model_settings = dict(p.model_settings)
-    given = split_spec(cfg["model"])[1]
+    given = {k: v for k, v in split_spec(cfg["model"])[1].items() if k != "lora"}
     takes = factory_defaults(p.model.obj)[0]
     if "num_classes" in takes and "num_classes" not in given:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
@@ -278,7 +319,9 @@ def materialize(p: Plan) -> Materials:
         model = p.model.obj(**model_settings)
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
-    p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}
+    if p.lora is not None:
+        attach_lora(model, p.lora)
+    p.resolved["model"] = model_spec(p.model.name, model_settings, p.lora)
     try:  # a dataset that makes model inputs per batch (hf images) takes the model's input config now
         train, test = (d.for_model(model) if hasattr(d, "for_model") else d for d in (train, test))
     except (TypeError, ValueError, FedcoreError) as exc:

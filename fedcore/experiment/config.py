@@ -10,6 +10,8 @@
     precision = "fp32"                 # "fp32" | "bf16" | "fp16"
     dataset = { name = "digits" }      # a registered dataset and its settings (or just "digits")
     model = { name = "micro-cnn" }     # a registered model; num_classes defaults to the dataset's
+    # model = { name = "timm", arch = "deit_small_patch16_224", pretrained = true }   (docs/models.md)
+    # [model.lora] r = 8, alpha = 16, target_modules = ["qkv"], dropout = 0.0       (peft LoRA, docs/models.md)
 
     recipe = "fedv"                    # optional: a method's preset; [pipeline] slots replace or patch it
     [pipeline]                         # slots as in Pipeline.from_config, plus plugins = [...]
@@ -100,7 +102,9 @@ TOP_LEVEL: dict[str, Key] = {
     "precision": Key(kind=(str,), default="fp32", help="client training arithmetic: \"fp32\", \"bf16\" (autocast, "
                                                        "any device) or \"fp16\" (CUDA/MPS, loss scaling)"),
     "dataset": Key(kind=SPEC, help="registered dataset: \"digits\" or { name = \"digits\", ... }"),
-    "model": Key(kind=SPEC, help="registered model: \"micro-cnn\" or { name = \"micro-cnn\", ... }"),
+    "model": Key(kind=SPEC, help="registered model: \"micro-cnn\", { name = \"micro-cnn\", ... } or { name = "
+                                 "\"timm\", arch = \"deit_small_patch16_224\", pretrained = true }; [model.lora] "
+                                 "for peft LoRA (docs/models.md)"),
     "recipe": Key(kind=(str,), default=None, help="a method's registered recipe; [pipeline] slots replace or "
                                                   "patch its components (fedcore plugins lists recipes)"),
     "pipeline": Key(kind=(dict,), default={}, help="slot = component (partition, schedule, split, select, "

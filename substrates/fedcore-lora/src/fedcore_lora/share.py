@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from torch import nn
@@ -17,6 +17,7 @@ from torch import nn
 import fedcore
 from fedcore.builtin import working_copy
 from fedcore.errors import ConfigError
+from fedcore.models import model_lora
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, Share
@@ -25,10 +26,10 @@ from fedcore_lora.adapters import (
     adapter_keys,
     check_rank,
     current_rank,
-    find_targets,
     has_lora,
     inject_lora,
 )
+from fedcore_lora.model_lora import resolve_lora
 
 
 def matching_keys(model: nn.Module, pattern: str | None, *, setting: str = "pattern") -> list[str]:
@@ -83,15 +84,20 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
 class LoRAShare:
     """Send and train only the LoRA factors of the global model (+ entries matching ``extra``, the head by default).
 
-    With ``rank`` set, a global model without adapters gets them at run start (peft, seeded from the run's
-    seed), so a config alone runs: ``pipeline.split = { name = "lora-share", rank = 4 }``. The share's
-    ``signature`` is ``"lora-r<rank>"``.
+    A global model without adapters gets them at run start (peft, seeded from the run's seed) when the model
+    carries a ``[model.lora]`` table (its r, alpha, target_modules and dropout) or ``rank`` is set, so a config
+    alone runs: ``[model.lora] r = 4`` with ``pipeline.split = "lora-share"``. The share's ``signature`` is
+    ``"lora-r<rank>"``.
     """
+
+    applies_model_lora: ClassVar[bool] = True  # it injects the adapters a model's [model.lora] asks for
 
     extra: str = setting(r"^head\.", help="regex of extra entries trained and sent with the adapters ('' = none)")
     rank: int | None = setting(None, kind=int, optional=True, low=1,
-                               help="inject adapters of this rank at run start when the model has none")
-    target_modules: str = setting(DEFAULT_TARGETS, help="regex over nn.Linear module names to adapt (with rank)")
+                               help="inject adapters of this rank at run start when the model has none (or give "
+                                    "model.lora.r)")
+    target_modules: str = setting(DEFAULT_TARGETS, help="regex over nn.Linear module names to adapt; "
+                                                        "model.lora.target_modules replaces the default")
     init_std: float | None = setting(None, kind=float, optional=True, low=0.0, low_open=True,
                                      help="std of A at injection; None = 1/rank (peft 'gaussian')")
 
@@ -112,14 +118,15 @@ class LoRAShare:
         model = run.server.model
         if has_lora(model):
             return
-        if self.rank is None:
-            raise ConfigError(f"lora-share: the global {type(model).__name__} has no LoRA adapters; set "
-                              f"LoRAShare.rank (e.g. split = {{ name = \"lora-share\", rank = 4 }}) to inject them "
-                              f"at run start, or inject them in Python (fedcore_lora.inject_lora)")
-        targets = find_targets(model, self.target_modules, setting="LoRAShare.target_modules")
-        check_rank(model, targets, self.rank, setting="LoRAShare.rank")
-        inject_lora(model, target=self.target_modules, rank=self.rank, init_std=self.init_std,
-                    seed=derive_seed(run.seed, "lora-share", "lora-init"))
+        if self.rank is None and model_lora(model) is None:
+            raise ConfigError(f"lora-share: the global {type(model).__name__} has no LoRA adapters; give the model a "
+                              f"[model.lora] table (r = 4, ...) or set LoRAShare.rank to inject them at run start, "
+                              f"or inject them in Python (fedcore_lora.inject_lora)")
+        lora = resolve_lora(model, rank=self.rank, rank_setting="LoRAShare.rank", target=self.target_modules,
+                            target_setting="LoRAShare.target_modules")
+        check_rank(model, list(lora.targets), lora.rank, setting="LoRAShare.rank")
+        inject_lora(model, target=lora.targets, rank=lora.rank, init_std=self.init_std, alpha=lora.alpha,
+                    dropout=lora.dropout, seed=derive_seed(run.seed, "lora-share", "lora-init"))
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
