@@ -19,11 +19,12 @@ from fedcore import RoundContext
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientState
 from fedcore_distill.edge import fetch
-from fedcore_distill.models import HybridViT
 from fedcore_distill.share import EDGE_PREFIX, edge_of, require_kd_system
 
 
 def server_heads(server: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from fedcore_distill.hybrid_vit import HybridViT
+
     if isinstance(server, HybridViT):
         return server.heads(h)
     out = server(h)
