@@ -256,6 +256,8 @@ def materialize(p: Plan) -> Materials:
     cfg = p.config
     try:
         loaded = p.dataset.obj(**p.dataset_settings)
+    except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
+        raise ConfigError(f"dataset {p.dataset.name}: {fedcore.plugins.missing_library(p.dataset, exc)}") from None
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
@@ -276,6 +278,8 @@ def materialize(p: Plan) -> Materials:
     seed_everything(cfg["seed"])
     try:
         model = p.model.obj(**model_settings)
+    except ImportError as exc:
+        raise ConfigError(f"model {p.model.name}: {fedcore.plugins.missing_library(p.model, exc)}") from None
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
     p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}

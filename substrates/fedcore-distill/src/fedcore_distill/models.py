@@ -1,8 +1,9 @@
-"""Models from timm: an edge ResNet cut into extractor + classifier, the hybrid ViT server (cls + distillation
-tokens on the edge's feature map) and FedGKT's bottleneck-ResNet server, plus the composed global models.
+"""Models from timm: an edge ResNet cut into extractor + classifier and FedGKT's bottleneck-ResNet server, plus
+the composed global models (the hybrid ViT server, a timm subclass, is :mod:`fedcore_distill.hybrid_vit`).
 
 Micro sizes (the defaults of the named factories) run on a CPU; paper sizes (ResNet-18 width 64, ViT-B,
 ResNet-109) are instantiable with random weights. ``pretrained=True`` loads timm's weights where timm has them.
+timm is imported inside the functions that build, so importing the substrate (registering it) stays light.
 """
 from __future__ import annotations
 
@@ -140,13 +141,5 @@ class KDSystem(nn.Module):
         return (out[0] + out[1]) / 2 if isinstance(out, tuple) else out
 
 
-def __getattr__(name: str) -> object:  # HybridViT subclasses a timm class: its module imports timm when asked
-    if name == "HybridViT":
-        from fedcore_distill.hybrid_vit import HybridViT
-
-        return HybridViT
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["BottleneckServer", "EdgeCNN", "HybridViT", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
+__all__ = ["BottleneckServer", "EdgeCNN", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
            "token_vit"]
