@@ -257,7 +257,7 @@ def materialize(p: Plan) -> Materials:
     try:
         loaded = p.dataset.obj(**p.dataset_settings)
     except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
-        raise ConfigError(f"dataset {p.dataset.name}: {fedcore.plugins.missing_library(p.dataset, exc)}") from None
+        raise ConfigError(fedcore.plugins.missing_library(p.dataset, exc)) from None
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
@@ -279,7 +279,7 @@ def materialize(p: Plan) -> Materials:
     try:
         model = p.model.obj(**model_settings)
     except ImportError as exc:
-        raise ConfigError(f"model {p.model.name}: {fedcore.plugins.missing_library(p.model, exc)}") from None
+        raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
     p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}

@@ -140,7 +140,7 @@ def test_a_plugin_whose_library_is_missing_registers_and_fails_in_one_line_when_
     config = tmp_path / "c.toml"
     config.write_text(GOOD.replace('model = "tiny-mlp"', 'model = "lazy-net"'))
     line = refused(capsys, ["run", str(config)], tmp_path / "run")
-    assert "model lazy-net" in line and "'lazy' (fc-lazy 1.0)" in line, line
+    assert "model 'lazy-net' of plugin 'lazy' (fc-lazy 1.0) cannot be built" in line, line
     assert line.endswith("ModuleNotFoundError: No module named 'fc_missing_lib'"), line
     config.write_text(GOOD + '[pipeline]\naggregate = "lazy-mean"\n')  # missing only once round 1 aggregates
     assert main(["run", str(config), "--out", str(tmp_path / "r2"), "--progress", "none"]) == 1
