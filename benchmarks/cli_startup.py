@@ -108,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         contenders += [(f"before:{c}", CASES[c], before_env, before) for c in cases]
 
     print(f"machine: {machine()}")
+    start_load = os.getloadavg()[0]
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
@@ -140,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name:<26} {min(times[name]):7.2f} {statistics.median(times[name]):9.2f} {min(ratios):10.2f} "
               f"{statistics.median(ratios):10.2f} {min(diffs):+9.2f} {statistics.median(diffs):+9.2f}")
     print()
+    load = max(os.getloadavg()[0], start_load)
+    if load > (os.cpu_count() or 1):
+        print(f"note: load average {load:.1f} on {os.cpu_count()} CPUs: every process here ran several times slower "
+              f"than on a quiet machine, differences in seconds with it; the ratios hold better. Indications only.")
     met = True
     for name, (measure, limit) in TARGETS.items():
         if name not in summary:
