@@ -439,7 +439,7 @@ def _missing_library(exc: ImportError) -> str:
             plugins = fedcore.list_plugins()
         except fedcore.FedcoreError:  # a broken installation: the cause alone still says what is missing
             plugins = []
-        owner = next((p for p in plugins if p.module.partition(".")[0] == package), None)
+        owner = next((p for p in plugins if p.module.partition(".")[0] == package and p.name != "builtin"), None)
         origin = f" of plugin {owner.name!r} ({owner.distribution} {owner.version})" if owner else ""
         where = f" (imported by {importer}{origin})"
     return f"{type(exc).__name__}: {_one_line(exc)}{where}"
