@@ -394,6 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedcoreError as exc:
         print(f"fedcore: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as exc:  # a library imported where a component builds or runs (docs/plugins.md) is missing
+        print(f"fedcore: error: {_missing_library(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
@@ -416,6 +419,30 @@ def _console() -> Any:
 
     console = Console(highlight=False)
     return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+def _missing_library(exc: ImportError) -> str:
+    """``ModuleNotFoundError: No module named 'peft' (imported by fedcore_lora.share of plugin 'lora' (fedcore-lora
+    0.1.0))``: the cause and the plugin whose code imported it."""
+    import fedcore
+
+    importer = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of Python code, not of the import machinery
+        if not tb.tb_frame.f_code.co_filename.startswith("<frozen"):
+            importer = tb.tb_frame.f_globals.get("__name__")
+        tb = tb.tb_next
+    where = ""
+    if importer:
+        package = importer.partition(".")[0]
+        try:
+            plugins = fedcore.list_plugins()
+        except fedcore.FedcoreError:  # a broken installation: the cause alone still says what is missing
+            plugins = []
+        owner = next((p for p in plugins if p.module.partition(".")[0] == package and p.name != "builtin"), None)
+        origin = f" of plugin {owner.name!r} ({owner.distribution} {owner.version})" if owner else ""
+        where = f" (imported by {importer}{origin})"
+    return f"{type(exc).__name__}: {_one_line(exc)}{where}"
 
 
 def _one_line(exc: BaseException) -> str:

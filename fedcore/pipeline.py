@@ -52,15 +52,24 @@ def _default_providers() -> dict[str, Any]:
     return defaults.DEFAULTS
 
 
-@cache
 def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    """(distribution, version) that installed ``module``: the plugin's whose package holds it, from the catalogue,
+    else from the file lists of every installed distribution (read once per process: hundreds of files each)."""
     top = module.split(".")[0]
-    for dist in metadata.packages_distributions().get(top, []):
+    for info in fedcore.plugins.list_plugins():
+        if info.distribution and info.module.split(".")[0] == top:
+            return info.distribution, info.version
+    for dist in _installed_packages().get(top, []):
         try:
             return dist, metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
     return None, None
+
+
+@cache
+def _installed_packages() -> Mapping[str, list[str]]:
+    return metadata.packages_distributions()
 
 
 class Hooks:

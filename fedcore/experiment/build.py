@@ -297,6 +297,8 @@ def materialize(p: Plan) -> Materials:
     cfg = p.config
     try:
         loaded = p.dataset.obj(**p.dataset_settings)
+    except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
+        raise ConfigError(fedcore.plugins.missing_library(p.dataset, exc)) from None
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
@@ -317,6 +319,8 @@ def materialize(p: Plan) -> Materials:
     seed_everything(cfg["seed"])
     try:
         model = p.model.obj(**model_settings)
+    except ImportError as exc:
+        raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
     if p.lora is not None:

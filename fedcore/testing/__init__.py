@@ -1,4 +1,5 @@
-"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder.
+"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder, and
+:func:`heavy_imports` (registering a plugin imports no heavy library).
 
 A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
 """
@@ -21,10 +22,12 @@ from fedcore.testing.fixtures import (
     tiny_model,
     tiny_vit,
 )
+from fedcore.testing.light_import import HEAVY_LIBRARIES, heavy_imports
 from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
-    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS",
-    "build_engine", "checks_for", "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context",
-    "run_tiny_pipeline", "tiny_bn_model", "tiny_data", "tiny_model", "tiny_vit",
+    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HEAVY_LIBRARIES",
+    "HookRecorder", "SLOT_CHECKS", "build_engine", "checks_for", "heavy_imports", "parametrize_registered",
+    "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_bn_model", "tiny_data",
+    "tiny_model", "tiny_vit",
 ]
