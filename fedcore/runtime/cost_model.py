@@ -7,10 +7,16 @@ shape), so a run pays for it once per shape. Backward cost follows what autograd
 frozen weights get no weight gradients, so a LoRA or prompt share costs less than a whole model.
 Activation memory is the bytes autograd saves for backward (``saved_tensors_hooks``), parameters
 excluded. CPU fused attention is not in torch's FLOP registry; its formula is added here.
+
+The same measurement runs on the meta device (a dry run, ``fedcore plan``): shapes alone decide FLOPs and saved
+bytes, saved tensors are told apart by their storage (not its address, which is 0 for every meta tensor) and
+attention takes the kernel the CPU would take (:mod:`fedcore.runtime.meta_kernels`), so a meta measurement equals
+the measurement on real tensors of the same shapes.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import contextlib
 import copy
 import functools
 import hashlib
@@ -41,8 +47,20 @@ def _cpu_sdpa_backward(grad_out_shape: Sequence[int], query_shape: Sequence[int]
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def _native_mha(query_shape: Sequence[int], key_shape: Sequence[int], value_shape: Sequence[int], embed_dim: int,
+                num_head: int, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """``nn.MultiheadAttention``'s fused fast path (eval mode, no autograd): in-projections, attention, out-projection.
+
+    Not in torch's FLOP registry, so a frozen tower that takes the fast path (CLIP's) would count nothing."""
+    batch, nq, e = (int(d) for d in query_shape)
+    nk = int(key_shape[1])
+    projections = 2 * batch * e * e * (nq + 2 * nk + nq)  # q, k, v in; out
+    attention = 4 * batch * nq * nk * e  # q @ k^T and attn @ v over all heads
+    return projections + attention
+
+
 def _extra_formulas() -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
+    out: dict[Any, Any] = {aten._native_multi_head_attention: _native_mha}
     if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
         out[aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_sdpa
         out[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_sdpa_backward
@@ -74,6 +92,8 @@ class ShareCost:
 
 
 def _digest(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_meta:  # a dry run's share: shapes only
+        return ("tensor", tuple(value.shape), str(value.dtype), "meta")
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         raw = (t.float() if t.dtype == torch.bfloat16 else t).numpy().tobytes()  # numpy has no bfloat16
@@ -106,24 +126,35 @@ def _tensor_leaves(out: Any) -> list[torch.Tensor]:
     return []
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """Which storage a tensor views: the same number for every view of one live storage, on any device
+    (``data_ptr`` is 0 for every meta tensor)."""
+    return int(t.untyped_storage()._cdata)
+
+
 def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
-    """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch)."""
+    """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch).
+
+    ``module`` and ``example`` may live on the meta device: the counts are the same as on real tensors."""
     from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
+
+    from fedcore.runtime.meta_kernels import cpu_attention
 
     batch = int(example.shape[0])
     work = copy.deepcopy(module)
     work.train()
     formulas = _extra_formulas()
-    param_ptrs = {p.untyped_storage().data_ptr() for p in work.parameters()}
+    param_keys = {storage_key(p) for p in work.parameters()}
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs:
-            saved[ptr] = max(saved.get(ptr, 0), t.untyped_storage().nbytes())
+        key = storage_key(t)
+        if key not in param_keys:
+            saved[key] = max(saved.get(key, 0), t.untyped_storage().nbytes())
         return t
 
-    with torch.random.fork_rng(devices=[]):
+    kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), kernels:
         torch.manual_seed(0)
         with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
             work(example)

@@ -75,9 +75,12 @@ def get_tokenizer(name: str):
 
 
 def create_clip(name: str, *, pretrained: str | None = None, seed: int = 0, **kwargs: Any) -> nn.Module:
-    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode."""
+    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode.
+
+    Built on torch's default device (``with torch.device("meta"):`` builds it with no memory, for a dry run)."""
     check_architecture(name)
     oc = _open_clip()
+    kwargs.setdefault("device", torch.get_default_device())  # open_clip moves the model to "cpu" otherwise
     quiet = logging.getLogger().isEnabledFor(logging.WARNING) and pretrained is None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -100,6 +103,7 @@ class ImagePrep(nn.Module):
     def __init__(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         super().__init__()
         self.image_size = int(image_size)
+        self.mean_values, self.std_values = tuple(mean), tuple(std)  # readable on the meta device too
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
 
