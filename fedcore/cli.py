@@ -2,7 +2,7 @@
 
     fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
     fedcore run CONFIG.toml --dry-run [--json] [--round N]     (the same as fedcore plan)
-    fedcore run CONFIG.toml --smoke [--device cuda] [--precision bf16] [--batch N]
+    fedcore run CONFIG.toml --smoke [--device cuda] [--precision bf16] [--batch N] [--classes N]
     fedcore plan CONFIG.toml [--set key=value ...] [--json] [--round N]
     fedcore describe CONFIG.toml [--set key=value ...] [--json]
     fedcore describe NAME [--json]           (a component, recipe, dataset, model, executor or config table)
@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", help="with --smoke: where it computes (default cpu; cuda for a GPU check)")
     run.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="with --smoke: client arithmetic")
     run.add_argument("--batch", type=int, metavar="N", help="with --smoke: samples per client, one step (default 2)")
+    run.add_argument("--classes", type=int, metavar="N",
+                     help="with --smoke: fold the labels onto N classes (default 10 on the CPU, all on a GPU; 0 = all)")
     run.add_argument("--json", action="store_true", help="with --dry-run or --smoke: print the result as JSON")
     run.add_argument("--round", type=int, default=0, metavar="N", help="with --dry-run: the round to plan")
 
@@ -149,7 +151,7 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     if args.config is None:
         raise _config_error("give a CONFIG.toml to smoke-test")
     outcome = smoke(plan(load_config(args.config, args.sets)), device=args.device, precision=args.precision,
-                    batch=args.batch)
+                    batch=args.batch, classes=args.classes)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2, default=str))
     else:
@@ -167,8 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (args.dry_run or args.smoke) and (args.resume or args.out or args.overwrite):
         raise ConfigError(f"{'--dry-run' if args.dry_run else '--smoke'} writes no run directory; drop --out, "
                           f"--resume and --overwrite")
-    if not args.smoke and (args.device or args.precision or args.batch):
-        raise ConfigError("--device, --precision and --batch go with --smoke (a run takes them from its config)")
+    if not args.smoke and (args.device or args.precision or args.batch or args.classes is not None):
+        raise ConfigError("--device, --precision, --batch and --classes go with --smoke (a run takes them from its "
+                          "config)")
     if not (args.dry_run or args.smoke) and (args.json or args.round):
         raise ConfigError("--json and --round go with --dry-run (or fedcore plan)")
     if args.dry_run:

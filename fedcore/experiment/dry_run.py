@@ -49,7 +49,7 @@ class ClientPlan:
     selected: int  # what the job trains on
     params_held: int
     params_trained: int
-    held_bytes: int  # parameters and buffers of the share's module
+    state_bytes: int  # the share module's state dict: what downloading everything it holds would carry
     forward_flops: float  # per sample
     train_flops: float  # per sample, forward + backward
     round_flops: float  # what the clock prices for the job
@@ -59,10 +59,12 @@ class ClientPlan:
     batch_size: int
     bytes: Mapping[str, Mapping[str, int]]  # direction -> kind -> bytes
     messages: Mapping[str, Mapping[str, int]]  # direction -> kind -> messages
+    largest: Mapping[str, Mapping[str, int]]  # direction -> kind -> bytes of its largest message
     memory: Mapping[str, int]  # params, grads, optimizer, activations
     memory_limit: int | None
     compute_s: float
     comm_s: float
+    first_download_s: float  # everything the client holds (a frozen backbone too), once, on its profile's link
     notes: tuple[str, ...] = ()
 
     @property
@@ -80,6 +82,7 @@ class ClientPlan:
         out = attrs.asdict(self, recurse=False)
         out["bytes"] = {d: dict(k) for d, k in self.bytes.items()}
         out["messages"] = {d: dict(k) for d, k in self.messages.items()}
+        out["largest"] = {d: dict(k) for d, k in self.largest.items()}
         out["memory"] = dict(self.memory)
         out["memory_total"] = self.memory_total
         out["fits"] = self.fits
@@ -183,8 +186,10 @@ def model_summary(model: nn.Module, example: torch.Tensor) -> dict[str, Any]:
         out["forward_flops"] = counter.get_total_flops() / batch
         counts = counter.get_flop_counts()
         top = type(model).__name__
-        out["forward_flops_children"] = {
-            n: sum(counts.get(f"{top}.{n}", {}).values()) / batch for n, _ in model.named_children()}
+        totals = {name: sum(ops.values()) for name, ops in counts.items()}
+        out["forward_flops_children"] = {  # a child called through a method of its parent is counted below it
+            n: max((t for k, t in totals.items() if k == f"{top}.{n}" or k.startswith(f"{top}.{n}.")), default=0)
+            / batch for n, _ in model.named_children()}
     except Exception as exc:  # noqa: BLE001 - a global model need not have a plain forward (a split system)
         out["forward_flops"] = None
         out["forward_error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
@@ -213,10 +218,15 @@ def default_job_plan(update: Any, share: Share, samples: int) -> JobPlan:
 
 
 def _by_kind(rows: Sequence[Transfer], field: str) -> dict[str, dict[str, int]]:
+    """Per direction and kind: the bytes, the messages, or the largest message (a planned row is ``messages``
+    equal messages)."""
     out: dict[str, dict[str, int]] = {}
     for r in rows:
         kinds = out.setdefault(r.direction, {})
-        kinds[r.kind] = kinds.get(r.kind, 0) + (r.nbytes if field == "nbytes" else r.messages)
+        if field == "largest":
+            kinds[r.kind] = max(kinds.get(r.kind, 0), r.nbytes // max(r.messages, 1))
+        else:
+            kinds[r.kind] = kinds.get(r.kind, 0) + (r.nbytes if field == "nbytes" else r.messages)
     return out
 
 
@@ -330,16 +340,20 @@ def plan_client(engine: Any, client: ClientInfo, ctx: RoundContext, update: Any)
     priced = clock.collect()
     module = share.module
     profile = client.profile or clock.default_profile
+    link = clock.profiles[profile] if profile in clock.profiles else None
+    state_bytes = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     return ClientPlan(
         client=client.id, profile=profile, samples=pool, selected=selected,
         params_held=sum(t.numel() for t in module.parameters()),
         params_trained=sum(t.numel() for t in module.parameters() if t.requires_grad),
-        held_bytes=cost.param_bytes, forward_flops=cost.forward_flops, train_flops=cost.train_flops,
+        state_bytes=state_bytes, forward_flops=cost.forward_flops, train_flops=cost.train_flops,
         round_flops=priced.get("virtual_flops", 0.0), train_samples=plan.train_samples, eval_samples=plan.eval_samples,
         steps=plan.steps, batch_size=int(clock.batch_size or plan.batch_size or 0),
         bytes=_by_kind(job.channel.rows, "nbytes"), messages=_by_kind(job.channel.rows, "messages"),
-        memory=memory, memory_limit=clock.profiles[profile].memory_bytes if profile in clock.profiles else None,
-        compute_s=priced.get("virtual_compute_s", 0.0), comm_s=priced.get("virtual_comm_s", 0.0), notes=tuple(notes))
+        largest=_by_kind(job.channel.rows, "largest"), memory=memory,
+        memory_limit=link.memory_bytes if link is not None else None,
+        compute_s=priced.get("virtual_compute_s", 0.0), comm_s=priced.get("virtual_comm_s", 0.0),
+        first_download_s=8.0 * state_bytes / link.down_bps if link is not None else 0.0, notes=tuple(notes))
 
 
 __all__ = ["REFERENCE_PROFILE", "ClientPlan", "DryRun", "default_job_plan", "dry_run", "meta_model", "model_summary",

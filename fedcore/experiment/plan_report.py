@@ -74,7 +74,8 @@ def traffic(plans: Sequence[ClientPlan], direction: str) -> str:
     for k in kinds:
         text = span([c.bytes.get(direction, {}).get(k, 0) for c in plans], size)
         count = span([c.messages.get(direction, {}).get(k, 0) for c in plans], lambda v: f"{int(v)}")
-        parts.append(f"{k} {text}" + (f" ({count} msgs)" if count != "1" else ""))
+        largest = size(max(c.largest.get(direction, {}).get(k, 0) for c in plans))
+        parts.append(f"{k} {text}" + (f" ({count} msgs, largest {largest})" if count != "1" else ""))
     return "\n".join(parts) or "-"
 
 
@@ -91,7 +92,8 @@ def print_dry_run(dry: DryRun, console: Any) -> None:
     console.print(f"model {escape(str(model['name']))}: {model['params']:,} parameters"
                   + (f", forward {si(fwd, 'FLOP')} per sample (2 FLOPs per multiply-accumulate)" if fwd else
                      f" (global forward not counted: {escape(str(model.get('forward_error')))})"))
-    children = model.get("forward_flops_children") or {}
+    children = {n: f for n, f in (model.get("forward_flops_children") or {}).items()
+                if f or model["children"].get(n, 0)}
     if len(children) > 1:
         console.print("  by part: " + ", ".join(f"{escape(n)} {model['children'].get(n, 0):,} params / "
                                                 f"{si(f, 'FLOP')}" for n, f in children.items()))
@@ -99,7 +101,7 @@ def print_dry_run(dry: DryRun, console: Any) -> None:
                   f"memory = weights + gradients + optimizer state ({dry.optimizer_slots} tensor(s) per trained "
                   f"parameter) + saved activations at the batch shown")
     table = Table(title="clients (grouped by share; ranges over the group)")
-    for col in ("clients", "profile", "samples", "params held / trained", "FLOPs/sample fwd / fwd+bwd",
+    for col in ("clients", "profile", "samples", "params held / trained; their state", "FLOPs/sample fwd / fwd+bwd",
                 "FLOPs in round", "down", "up", "peak memory (batch)", "virtual s: compute + comm"):
         table.add_column(col, justify="left" if col in ("clients", "profile", "down", "up") else "right")
     for plans in share_groups(dry):
@@ -108,7 +110,9 @@ def print_dry_run(dry: DryRun, console: Any) -> None:
         fits = "" if c.fits is None else (" fits" if c.fits else f" [red]DOES NOT FIT {limit}[/red]")
         table.add_row(f"{ids([p.client for p in plans])} ({len(plans)})", str(c.profile or "-"),
                       span([p.selected for p in plans], lambda v: f"{int(v):,}"),
-                      f"{c.params_held:,} / {c.params_trained:,}", f"{si(c.forward_flops)} / {si(c.train_flops)}",
+                      f"{c.params_held:,} / {c.params_trained:,}\n{size(c.state_bytes)}, "
+                      f"{seconds(c.first_download_s)} to fetch once",
+                      f"{si(c.forward_flops)} / {si(c.train_flops)}",
                       span([p.round_flops for p in plans], si), escape(traffic(plans, "down")),
                       escape(traffic(plans, "up")), f"{size(c.memory_total)} ({c.batch_size}){fits}",
                       span([p.compute_s for p in plans], seconds) + " + " + span([p.comm_s for p in plans], seconds))

@@ -35,6 +35,8 @@ from fedcore.pipeline import Pipeline
 from fedcore.types import Partition, ServerState
 
 DEFAULT_BATCH = 2
+CPU_CLASSES = 10
+"""On the CPU a smoke run folds the labels onto this many classes (``classes=0`` keeps them all)."""
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -147,17 +149,31 @@ def scale_pipeline(pipeline: Mapping[str, Any], batch: int) -> tuple[dict[str, A
         for key, value in list(spec.items()):
             if isinstance(value, bool) or not isinstance(value, int):
                 continue
-            new = 1 if key.endswith("epochs") else batch if key == "batch_size" else value
+            if where == "schedule" and key == "fraction":
+                continue
+            new = 1 if key.endswith("epochs") and value > 1 else batch if key == "batch_size" else value
             if new != value:
                 spec[key] = new
                 notes.append(f"{where}.{key}: {value} -> {new} ({spec['name']})")
+    schedule = out.get("schedule")
+    if isinstance(schedule, dict) and isinstance(schedule.get("fraction"), (int, float)) and schedule["fraction"] < 1:
+        notes.append(f"schedule.fraction: {schedule['fraction']} -> 1.0 (both clients train)")
+        schedule["fraction"] = 1.0
     return out, notes
 
 
+def fold_classes(shape: DataShape, classes: int) -> DataShape:
+    """The same data with labels folded onto the first ``classes`` classes (label mod ``classes``)."""
+    return attrs.evolve(shape, train_labels=shape.train_labels % classes, test_labels=shape.test_labels % classes,
+                        classes=shape.classes[:classes])
+
+
 def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, batch: int | None = None,
-          shape: DataShape | None = None, estimate: bool | None = None) -> SmokeOutcome:
-    """Run the smoke round of the checked config ``p`` (see the module docstring). ``estimate`` (default: on a CUDA
-    device) adds the dry run's memory estimate of the two clients at the smoke's batch."""
+          classes: int | None = None, shape: DataShape | None = None, estimate: bool | None = None) -> SmokeOutcome:
+    """Run the smoke round of the checked config ``p`` (see the module docstring). ``classes`` (default: 10 on the
+    CPU, all on a GPU; 0 = all) folds the labels onto that many classes: a text tower that encodes every class name
+    at every step (CLIP prompts) then costs tens of classes, not hundreds. ``estimate`` (default: on a CUDA device)
+    adds the dry run's memory estimate of the two clients at the smoke's batch."""
     from fedcore.experiment.dry_run import random_weights
     from fedcore.experiment.matrix import row_problem
     from fedcore.runtime.profiles import resolve
@@ -169,6 +185,12 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
     device = device or "cpu"
     precision = precision or cfg["precision"]
     shape = shape or shape_of(p)
+    full_shape = shape
+    cuda = str(device).startswith("cuda")
+    cap = (0 if cuda else CPU_CLASSES) if classes is None else int(classes)
+    folded = 0 < cap < len(shape.classes)
+    if folded:
+        shape = fold_classes(shape, cap)
     n = cfg["num_clients"]
     meta_train, meta_test = meta_datasets(shape)
     kwargs = table_kwargs(cfg, meta_train, meta_test)
@@ -190,13 +212,16 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
     resolved["partition"] = FixedPartition(partition=partition)
     timer = WaveTimer()
     pipeline = Pipeline.from_config({**resolved, "plugins": [*resolved.get("plugins", []), timer]})
-    scaled = [f"clients: {n} -> {len(pair)} (clients {', '.join(map(str, pair))}, profiles "
-              f"{', '.join(str(names[c]) for c in pair)})",
+    profiles = f"profiles {', '.join(str(names[c]) for c in pair)}" if any(names) else "no device profiles"
+    scaled = [f"clients: {n} -> {len(pair)} (clients {', '.join(map(str, pair))}; {profiles})",
               f"rounds: {cfg['rounds']} -> 1",
               f"data: {shape.train:,} train samples -> {len(train)} of seeded noise, input "
               f"{'x'.join(map(str, shape.input))}; test -> {0 if test is None else len(test)}",
               f"partition: {p.resolved['pipeline'].get('partition', {}).get('name', 'iid')} over the whole population "
               f"and data, then each kept client's first {k} samples", *scaled]
+    if folded:
+        scaled.append(f"classes: {len(full_shape.classes)} -> {cap} (labels folded: label mod {cap}; the model's "
+                      f"class count follows the data unless the config sets it)")
     settings, notes = random_weights(p, model_settings_for(p, meta_train))
     scaled += notes
     torch.manual_seed(cfg["seed"])
@@ -207,7 +232,6 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
     build_s = time.perf_counter() - start
     run_kwargs = table_kwargs(cfg, train, test, num_clients=len(pair))
     run_kwargs["profiles"] = [names[c] for c in pair]
-    cuda = str(device).startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -225,7 +249,7 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
                         batch=k, clients=tuple(pair), profiles=tuple(names[c] for c in pair), scaled=tuple(scaled),
                         rows=rows, build_s=build_s, run_s=run_s, wave_s=tuple(timer.seconds),
                         params=sum(t.numel() for t in model.parameters()), peak_memory=peak,
-                        estimated_memory=estimated_memory(p, shape, pair, k) if (cuda if estimate is None
+                        estimated_memory=estimated_memory(p, full_shape, pair, k) if (cuda if estimate is None
                                                                                  else estimate) else {})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -52,6 +52,7 @@ def _global(module: PrunableViT, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
 class Cos2pUpdate:
     """Mask learning (Eq. 2, weights frozen) when the share asks for it, then self-distilled weight training."""
 
+    optimizer: ClassVar[str] = "adan"  # the clock's memory model counts its four state tensors per weight
     lr: float = setting(2e-3, low=0.0, low_open=True, help="η: Adan learning rate of the weight phase")
     epochs: int = setting(2, low=1, help="E: local epochs of the weight phase")
     batch_size: int = setting(16, low=1, help="minibatch size")

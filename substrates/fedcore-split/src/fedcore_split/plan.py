@@ -40,12 +40,16 @@ def per_sample_bytes(share: Share, example: torch.Tensor) -> tuple[int, int]:
         raise ConfigError(f"a split plan needs a split share (a Segment with an endpoint); got "
                           f"{type(module).__name__}")
     rule: ServerRule = share.endpoint.rule
-    with torch.no_grad():
-        h = module.run("bottom", example)
-        out = Segment(rule.model, {"server": rule.stages}, share=True).run("server", h) \
-            if "top" in module.parts else h
-    batch = int(example.shape[0])
-    return h.numel() * h.element_size() // batch, out.numel() * out.element_size() // batch
+    key = (tuple(module.parts.items()), tuple(example.shape), example.dtype)
+    known = rule.__dict__.setdefault("_planned_bytes", {})  # one round's rule serves every client: measure once
+    if key not in known:
+        with torch.no_grad():
+            h = module.run("bottom", example)
+            out = Segment(rule.model, {"server": rule.stages}, share=True).run("server", h) \
+                if "top" in module.parts else h
+        batch = int(example.shape[0])
+        known[key] = (h.numel() * h.element_size() // batch, out.numel() * out.element_size() // batch)
+    return known[key]
 
 
 def batch_sizes(samples: int, batch_size: int, epochs: int) -> list[int]:
