@@ -39,6 +39,7 @@ from fedcore.types import (
 )
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
@@ -145,8 +146,8 @@ class Hooks:
             raise TypeError(f"fedcore_adapt_update returned {answer!r}; expected a ClientUpdate, a DropUpdate or None")
         return answer
 
-    def fedcore_plan_job(self, *, client: ClientInfo, share: Share, samples: int, example: Any, ctx: RoundContext
-                         ) -> JobPlan | None:
+    def fedcore_plan_job(self, *, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,
+                         ctx: RoundContext) -> JobPlan | None:
         """The first component's plan of a client's job (``None``: nobody answers; the dry run's default)."""
         answer = self._pm.hook.fedcore_plan_job(client=client, share=share, samples=samples, example=example,
                                                 ctx=ctx)

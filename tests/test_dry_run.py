@@ -179,6 +179,7 @@ class ExtraSummary:
 
 
 def test_hook_fedcore_plan_job_answers_replace_the_default():
+    """An answer to ``fedcore_plan_job`` is what the dry run books: its messages, its samples."""
     cfg = recipe_config("fedavg")
     base = dry_run(plan(load_config(None, base=copy.deepcopy(cfg))))
     cfg["pipeline"]["plugins"] = [ExtraSummary()]
