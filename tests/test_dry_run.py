@@ -87,6 +87,22 @@ def test_dry_run_equals_a_real_round(name):
     assert sum(c.round_flops for c in sent) == pytest.approx(row["virtual_flops"], rel=1e-12)
 
 
+def test_a_later_distillation_round_downloads_the_server_logits():
+    """From round 1 on a distillation client downloads the server's logits of its samples; a dry run of round 1
+    (no aggregation ran) books what the real second round books."""
+    torch.set_num_threads(1)
+    cfg = {**recipe_config("fedvkd"), "rounds": 2}
+    dry = dry_run(plan(load_config(None, base=copy.deepcopy(cfg))), round=1)
+    m = materialize(plan(load_config(None, base=copy.deepcopy(cfg))))
+    result = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, executor=m.executor, **m.run_kwargs)
+    real: dict = {}
+    for (direction, kind), n in result.ledger.by_kind(round=1).items():
+        real.setdefault(direction, {})[kind] = n
+    assert dry.round_bytes() == real
+    assert set(real["down"]) == {"sample_ids", "logits"}
+    assert sum(c.comm_s for c in dry.clients) == pytest.approx(result.history.rows[1]["virtual_comm_s"], rel=1e-12)
+
+
 def _as_cost(p):
     from fedcore.runtime.cost_model import ShareCost
 
@@ -202,3 +218,29 @@ def test_a_plan_answer_that_is_not_a_job_plan_is_refused():
     cfg["pipeline"]["plugins"] = [Wrong()]
     with pytest.raises(ConfigError, match="expected a fedcore.types.JobPlan"):
         dry_run(plan(load_config(None, base=cfg)))
+
+
+class FrozenAttention(torch.nn.Module):
+    """Self-attention that stays in eval mode, as a frozen CLIP tower does: PyTorch runs its fused fast path."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        return super().train(False)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_the_fused_attention_fast_path_is_counted():
+    """torch's counter knows no formula for ``_native_multi_head_attention``; without fedcore's, a frozen tower's
+    attention would cost nothing."""
+    b, n, e = 2, 10, 32
+    with torch.no_grad():
+        cost = measure(FrozenAttention(e, 4), torch.rand(b, n, e))
+    projections = 2 * b * e * e * (4 * n)  # q, k, v and out, each n x e x e per sample
+    attention = 4 * b * n * n * e
+    assert cost.forward_flops * b == projections + attention

@@ -77,6 +77,8 @@ FIGURES = [
          lambda: client0("fedvkd_cifar10").bytes["up"]["features"] / client0("fedvkd_cifar10").selected),
         ("fedvkd_cifar10", "feature uplink per client and round (N_k ~ 5,000)", 1.22 * GIB,
          lambda: client0("fedvkd_cifar10").bytes["up"]["features"]),
+        ("fedvkd_cifar10", "server logits down per client and round (from round 1)", 195 * KIB,
+         lambda: planned("fedvkd_cifar10", 1).clients[0].bytes["down"]["logits"]),
         ("fedvkd_imagenet", "edge ResNet-18 parameters (224x224)", 11.69e6,
          lambda: client0("fedvkd_imagenet").params_held),
         ("fedvkd_imagenet", "edge ResNet-18 forward MACs (224x224)", 1.814e9,
