@@ -128,12 +128,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from fedcore.experiment.build import plan
-    from fedcore.experiment.config import load_config
     from fedcore.experiment.dry_run import dry_run
 
     if args.config is None:
         raise _config_error("give a CONFIG.toml to plan")
-    dry = dry_run(plan(load_config(args.config, args.sets)), round=args.round)
+    dry = dry_run(plan(_base_config(args.config, args.sets)), round=args.round)
     if args.json:
         print(json.dumps(dry.to_dict(), indent=2, default=str))
         return 0
@@ -145,18 +144,33 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_smoke(args: argparse.Namespace) -> int:
     from fedcore.experiment.build import plan
-    from fedcore.experiment.config import load_config
     from fedcore.experiment.smoke import print_smoke, smoke
 
     if args.config is None:
         raise _config_error("give a CONFIG.toml to smoke-test")
-    outcome = smoke(plan(load_config(args.config, args.sets)), device=args.device, precision=args.precision,
+    outcome = smoke(plan(_base_config(args.config, args.sets)), device=args.device, precision=args.precision,
                     batch=args.batch, classes=args.classes)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2, default=str))
     else:
         print_smoke(outcome, _console())
     return 0 if outcome.ok else EXIT_FAILED
+
+
+def _base_config(path: str, sets: Sequence[str]) -> dict[str, Any]:
+    """The config to plan or smoke-test: a sweep config's base (its ``[sweep]`` table set aside)."""
+    from pathlib import Path
+
+    from fedcore.experiment.config import load_config, read_toml
+
+    raw = read_toml(path)
+    if "sweep" not in raw:
+        return load_config(path, sets)
+    raw.pop("sweep")
+    print(f"{path}: a sweep; its base config (the [sweep] table set aside)", file=sys.stderr)
+    config = load_config(None, sets, base=raw)
+    config["name"] = config["name"] if raw.get("name") else Path(path).stem
+    return config
 
 
 def cmd_run(args: argparse.Namespace) -> int:

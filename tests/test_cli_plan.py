@@ -153,3 +153,11 @@ def test_smoke_without_the_data_uses_the_plan_table(capsys, tmp_path):
     data = json.loads(out)
     assert data["ok"], data["problem"]
     assert any("5,000 train samples -> 4 of seeded noise, input 3x16x16" in s for s in data["scaled"])
+
+
+def test_plan_of_a_sweep_config_plans_its_base(capsys, tmp_path):
+    path = tmp_path / "sweep.toml"
+    path.write_text(CONFIG + '\n[sweep]\nseeds = 2\n[sweep.variants]\nfast = { "pipeline.local_update.lr" = 0.5 }\n')
+    rc, out, err = run_cli(capsys, "plan", path)
+    assert rc == 0, err
+    assert "a sweep; its base config" in err and "plan of plan-tiny" in out

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import math
 from typing import Any
+import warnings
 
 import attrs
 import torch
@@ -151,14 +152,18 @@ def meta_model(p: Plan, train: Any) -> tuple[nn.Module, dict[str, Any], list[str
     """The config's model built on the meta device with random-weight settings; one line when it cannot be."""
     settings, notes = random_weights(p, model_settings_for(p, train))
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), warnings.catch_warnings():
+            # a factory that loads weights it caches (fedcore's pre-trained micro models) copies them into meta
+            # tensors: a no-op, which torch announces once per tensor
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
             model = build_model(p, settings)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - any factory may fail on the meta device; say which and why
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"model {p.model.name} cannot be built on the meta device for a dry run: "
-                          f"{type(exc).__name__}: {line[:200]}") from None
+        raise ConfigError(f"model {p.model.name} cannot be built on the meta device for a dry run "
+                          f"({type(exc).__name__}: {line[:160]}); its factory must build inside "
+                          f"`with torch.device('meta')` without reading or training weights") from None
     real = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if not t.is_meta]
     if real:
         raise ConfigError(f"model {p.model.name} holds tensors outside the meta device after a meta build "
