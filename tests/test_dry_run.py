@@ -57,10 +57,6 @@ def real_round(cfg: dict):
     return result.ledger, result.history.rows[0], m.run_kwargs["clock"]
 
 
-def cost_tuple(cost) -> tuple:
-    return (cost.forward_flops, cost.train_flops, cost.param_bytes, cost.trainable_bytes, cost.activation_bytes)
-
-
 @pytest.mark.parametrize("name", sorted(CROSS_CHECKS))
 def test_dry_run_equals_a_real_round(name):
     torch.set_num_threads(1)
@@ -78,8 +74,11 @@ def test_dry_run_equals_a_real_round(name):
                 real[r.direction][r.kind] = real[r.direction].get(r.kind, 0) + r.nbytes
         assert {d: dict(k) for d, k in c.bytes.items()} == real, f"client {c.client}"
     # FLOPs, parameter bytes and saved activations: the meta measurements equal the clock's on real tensors
-    planned = {cost_tuple(c) for c in [attrs.evolve(_as_cost(p)) for p in dry.clients if p.client in dry.dispatched]}
-    assert planned == {cost_tuple(cost) for cost in clock.model.cache.values()}
+    planned = {(p.forward_flops, p.train_flops, p.memory["params"], p.memory["grads"], p.memory["activations"])
+               for p in dry.clients if p.client in dry.dispatched}
+    real = {(c.forward_flops, c.train_flops, c.param_bytes, c.trainable_bytes, c.activations(clock.batch_size))
+            for c in clock.model.cache.values()}
+    assert planned == real
     # virtual time and FLOPs of the round, as the clock priced the real jobs
     sent = [c for c in dry.clients if c.client in dry.dispatched]
     assert sum(c.compute_s for c in sent) == pytest.approx(row["virtual_compute_s"], rel=1e-12)
@@ -101,14 +100,6 @@ def test_a_later_distillation_round_downloads_the_server_logits():
     assert dry.round_bytes() == real
     assert set(real["down"]) == {"sample_ids", "logits"}
     assert sum(c.comm_s for c in dry.clients) == pytest.approx(result.history.rows[1]["virtual_comm_s"], rel=1e-12)
-
-
-def _as_cost(p):
-    from fedcore.runtime.cost_model import ShareCost
-
-    return ShareCost(forward_flops=p.forward_flops, train_flops=p.train_flops, param_bytes=p.memory["params"],
-                     trainable_bytes=p.memory["grads"],
-                     activation_bytes=p.memory["activations"] / max(p.batch_size, 1))
 
 
 def build_pair(name: str, **settings):
@@ -161,7 +152,7 @@ def test_memory_components_match_a_real_step():
     assert mem["grads"] == sum(p.grad.nbytes for p in model.parameters())
     state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim() > 0]
     assert mem["optimizer"] == sum(t.nbytes for t in state)
-    assert mem["activations"] == pytest.approx(sum(saved.values()), rel=0.02)  # measured at batch 2, scaled to 8
+    assert mem["activations"] == pytest.approx(sum(saved.values()), rel=0.01)  # measured at batches 1 and 2
 
 
 def test_every_recipe_gets_a_plan_or_a_one_line_refusal():

@@ -6,7 +6,9 @@ small batch of the client's own data; the result per sample is cached per distin
 shape), so a run pays for it once per shape. Backward cost follows what autograd really does:
 frozen weights get no weight gradients, so a LoRA or prompt share costs less than a whole model.
 Activation memory is the bytes autograd saves for backward (``saved_tensors_hooks``), parameters
-excluded. CPU fused attention is not in torch's FLOP registry; its formula is added here.
+excluded, measured at the probe's batch and at one sample, so what does not grow with the batch (a text tower over
+every class name, a prompt's token embeddings) is counted once. CPU fused attention is not in torch's FLOP registry;
+its formula is added here.
 
 The same measurement runs on the meta device (a dry run, ``fedcore plan``): shapes alone decide FLOPs and saved
 bytes, saved tensors are told apart by their storage (not its address, which is 0 for every meta tensor) and
@@ -80,15 +82,18 @@ class ShareCost:
     param_bytes: int  # every parameter and buffer the client holds
     trainable_bytes: int  # trainable parameters (gradients have the same size)
     activation_bytes: float  # saved for backward, per sample
+    activation_fixed_bytes: float = 0.0  # saved for backward whatever the batch (a text tower over every class name)
+
+    def activations(self, batch_size: int) -> int:
+        return int(self.activation_fixed_bytes + self.activation_bytes * batch_size)
 
     def memory_bytes(self, *, batch_size: int, optimizer_slots: int) -> int:
         """Parameters + gradients + optimizer state (``slots`` tensors per trainable parameter) + activations."""
-        return int(self.param_bytes + self.trainable_bytes * (1 + optimizer_slots) + self.activation_bytes * batch_size)
+        return int(self.param_bytes + self.trainable_bytes * (1 + optimizer_slots)) + self.activations(batch_size)
 
     def memory_breakdown(self, *, batch_size: int, optimizer_slots: int) -> dict[str, int]:
         return {"params": self.param_bytes, "grads": self.trainable_bytes,
-                "optimizer": self.trainable_bytes * optimizer_slots,
-                "activations": int(self.activation_bytes * batch_size)}
+                "optimizer": self.trainable_bytes * optimizer_slots, "activations": self.activations(batch_size)}
 
 
 def _digest(value: Any) -> Any:
@@ -145,6 +150,32 @@ def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     work.train()
     formulas = _extra_formulas()
     param_keys = {storage_key(p) for p in work.parameters()}
+    kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), kernels:
+        torch.manual_seed(0)
+        with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
+            work(example)
+        with FlopCounterMode(display=False, custom_mapping=formulas) as full:
+            total = saved_bytes(work, example, param_keys)
+        per_sample, fixed = total / batch, 0.0
+        if batch >= 2:  # a one-sample pass separates what grows with the batch from what does not
+            try:
+                one = saved_bytes(work, example[:1], param_keys)
+            except (RuntimeError, ValueError):  # batch norm cannot train on one sample of a 1x1 map: stay linear
+                one = None
+            slope = (total - one) / (batch - 1) if one is not None else -1.0
+            if one is not None and 0 <= slope <= one:
+                per_sample, fixed = slope, one - slope
+    params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
+    trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
+    return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,
+                     param_bytes=params, trainable_bytes=trainable, activation_bytes=per_sample,
+                     activation_fixed_bytes=fixed)
+
+
+def saved_bytes(module: nn.Module, example: torch.Tensor, param_keys: set[int]) -> int:
+    """Bytes autograd saves for backward in one forward of ``module`` on ``example`` (distinct storages, no
+    parameters); the backward runs too, to free the graph."""
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -153,21 +184,12 @@ def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
             saved[key] = max(saved.get(key, 0), t.untyped_storage().nbytes())
         return t
 
-    kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
-    with torch.random.fork_rng(devices=[]), kernels:
-        torch.manual_seed(0)
-        with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
-            work(example)
-        with FlopCounterMode(display=False, custom_mapping=formulas) as full:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = work(example)
-            leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
-            if leaves:
-                functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
-    params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
-    trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
-    return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,
-                     param_bytes=params, trainable_bytes=trainable, activation_bytes=sum(saved.values()) / batch)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = module(example)
+    leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
+    if leaves:
+        functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
+    return sum(saved.values())
 
 
 class CostModel:
