@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest/tox pattern)
+    import torch
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
         ClientState,
         ClientUpdate,
         DropUpdate,
+        JobPlan,
         Partition,
         Share,
     )
@@ -222,6 +224,23 @@ def fedcore_adapt_update(update: ClientUpdate, model: nn.Module, ctx: RoundConte
     """
 
 
+@hookspec(firstresult=True)
+def fedcore_plan_job(client: ClientInfo, share: Share, samples: int, example: torch.Tensor, ctx: RoundContext
+                     ) -> JobPlan | None:
+    """A dry run (``fedcore plan``) asks what a client's job will do this round, without running it.
+
+    ``share`` is the client's real share of the global model built on the meta device (shapes, no values), and
+    ``example`` a meta batch of two of the client's inputs: run the share's modules on it to read the shapes of what
+    crosses. ``samples`` is the number of samples the job trains on. Return a :class:`~fedcore.types.JobPlan`: every
+    message the job sends after the share's download (per-batch traffic with ``share.endpoint``, the upload) and the
+    samples its module processes. The
+    component that trains the job answers: a local update whose traffic or work differs from the default, or a
+    cohort trainer that replaces the per-job path. Without an answer the dry run assumes the default: the upload
+    of ``share.upload`` (``fedcore.types.upload_messages``) and the local update's ``epochs`` passes over the
+    samples in batches of its ``batch_size``. Pure: no state changes, nothing sent. The first answer wins.
+    """
+
+
 @hookspec
 def fedcore_collect_metrics(ctx: RoundContext) -> Mapping[str, float] | None:
     """Contribute extra metrics to the round's history row; a key given twice is an error."""
@@ -255,6 +274,7 @@ OBSERVER_HOOKS: tuple[str, ...] = (
     "fedcore_round_start",
     "fedcore_client_done",
     "fedcore_adapt_update",
+    "fedcore_plan_job",
     "fedcore_collect_metrics",
     "fedcore_round_end",
     "fedcore_run_end",

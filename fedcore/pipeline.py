@@ -33,11 +33,13 @@ from fedcore.types import (
     ClientState,
     ClientUpdate,
     DropUpdate,
+    JobPlan,
     Partition,
     Share,
 )
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
@@ -151,6 +153,15 @@ class Hooks:
         answer = self._pm.hook.fedcore_adapt_update(update=update, model=model, ctx=ctx)
         if answer is not None and not isinstance(answer, (ClientUpdate, DropUpdate)):
             raise TypeError(f"fedcore_adapt_update returned {answer!r}; expected a ClientUpdate, a DropUpdate or None")
+        return answer
+
+    def fedcore_plan_job(self, *, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,
+                         ctx: RoundContext) -> JobPlan | None:
+        """The first component's plan of a client's job (``None``: nobody answers; the dry run's default)."""
+        answer = self._pm.hook.fedcore_plan_job(client=client, share=share, samples=samples, example=example,
+                                                ctx=ctx)
+        if answer is not None and not isinstance(answer, JobPlan):
+            raise TypeError(f"fedcore_plan_job returned {answer!r}; expected a fedcore.types.JobPlan or None")
         return answer
 
     def fedcore_collect_metrics(self, *, ctx: RoundContext) -> dict[str, float]:
