@@ -4,11 +4,12 @@
 another, while small models are bound by per-call overhead and win when batched (``benchmarks/README.md``).
 Which side wins depends on the model, the batch, the CPU and the thread count, so no fixed rule can be right
 everywhere: the ``vectorised`` cohort (``on_cpu = "auto"``) measures it once. :func:`probe` times a one-step
-local update of ``clients`` throw-away copies of the group's model on one real batch, both ways, interleaved
+local update of a few throw-away copies of the group's model on one real batch, both ways, interleaved
 (one by one through :func:`fedcore.training.train_epochs`, as ``per-job`` trains; stacked through
-:class:`~fedcore.builtin.stacked_training.StackedRun`, as the cohort trains), and keeps the best of a few
-repetitions per side. It vectorises only when that is clearly faster (``MARGIN``), so a close or noisy
-probe trains one by one, which is what ``per-job`` would have done.
+:class:`~fedcore.builtin.stacked_training.StackedRun`, as the cohort trains): a warm-up of each side, which
+decides alone when one side is ``CLEAR``-ly faster, else the best of ``REPS`` more per side. It vectorises only
+when that is clearly faster (``MARGIN``), so a close or noisy probe trains one by one, which is what ``per-job``
+would have done.
 
 The copies are trained inside a forked torch RNG and outside every sample meter: the probe leaves no trace
 in the clients' modules, random streams or virtual clock. The choice is stored on disk (``$FEDCORE_CACHE``,
@@ -46,12 +47,15 @@ VECTORISE, ONE_BY_ONE = "vectorise", "one-by-one"
 MARGIN = 0.9
 """Vectorise only when the probe's vectorised step takes at most this fraction of the one-by-one steps."""
 
-PROBE_CLIENTS = 8
-"""At most this many client copies in the probe: its cost stays a few training steps; a larger chunk batches
+PROBE_CLIENTS = 4
+"""At most this many client copies in the probe, so that it costs a few training steps; a larger chunk batches
 better still, so the probe errs towards one by one."""
 
 REPS = 2
-"""Timed repetitions per side (after one untimed warm-up each), interleaved; the best of each side counts."""
+"""Timed repetitions per side after a warm-up of each, interleaved; the best of each side counts."""
+
+CLEAR = 1.5
+"""A warm-up in which one side took at least this many times the other decides alone (no timed repetitions)."""
 
 
 def group_key(module: nn.Module, plan: TrainPlan, architecture: tuple[Any, ...]) -> str:
@@ -132,7 +136,8 @@ def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, 
 
         best = {"one": float("inf"), "vec": float("inf")}
         sides = {"one": one_by_one, "vec": vectorised}
-        for rep in range(REPS + 1):  # rep 0 warms both up (allocator, kernels) and is not counted
+        for rep in range(REPS + 1):  # rep 0 warms both up (allocator, kernels); it counts only when it is clear
+            took = {}
             for name in list(sides):
                 start = time.perf_counter()
                 try:
@@ -141,8 +146,14 @@ def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, 
                     log.debug("vectorised cohort: the probe's batched step failed: %s", exc)
                     del sides[name]
                     continue
+                took[name] = time.perf_counter() - start
                 if rep:
-                    best[name] = min(best[name], time.perf_counter() - start)
+                    best[name] = min(best[name], took[name])
+            if len(sides) < 2:
+                break
+            if rep == 0 and not 1 / CLEAR < took["vec"] / took["one"] < CLEAR:
+                best = took
+                break
     one_ms = best["one"] * 1e3
     vec_ms = best["vec"] * 1e3 if "vec" in sides else None
     choice = VECTORISE if vec_ms is not None and vec_ms <= MARGIN * one_ms else ONE_BY_ONE

@@ -66,9 +66,38 @@ def batch_coupled(module: nn.Module) -> bool:
 
 def architecture(module: nn.Module) -> tuple[Any, ...]:
     """What two modules must share to be stepped in one batched forward: layers, settings, state shapes."""
-    return (tuple((type(m), m.extra_repr()) for m in module.modules()),
-            tuple((n, tuple(p.shape), p.dtype, p.requires_grad, p.device) for n, p in module.named_parameters()),
-            tuple((n, tuple(b.shape), b.dtype) for n, b in module.named_buffers()))
+    return Layout.of(module).architecture
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Layout:
+    """A module's :func:`architecture` with its parameters and buffers by name, from one walk over its modules."""
+
+    architecture: tuple[Any, ...]
+    params: dict[str, nn.Parameter]
+    buffers: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, module: nn.Module) -> Layout:
+        layers: list[tuple[type, str]] = []
+        params: dict[str, nn.Parameter] = {}
+        buffers: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()  # as named_parameters() and named_buffers(): a shared tensor counts once
+        for prefix, m in module.named_modules():
+            layers.append((type(m), m.extra_repr()))
+            dot = f"{prefix}." if prefix else ""
+            for n, p in m._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    params[dot + n] = p
+            for n, b in m._buffers.items():
+                if b is not None and id(b) not in seen:
+                    seen.add(id(b))
+                    buffers[dot + n] = b
+        shape = (tuple(layers),
+                 tuple((n, tuple(p.shape), p.dtype, p.requires_grad, p.device) for n, p in params.items()),
+                 tuple((n, tuple(b.shape), b.dtype) for n, b in buffers.items()))
+        return cls(architecture=shape, params=params, buffers=buffers)
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -127,9 +156,10 @@ class VectorisedCohort:
         out: dict[int, Outcome] = {}
         groups: dict[tuple[Any, ...], list[int]] = {}
         plans: dict[tuple[Any, ...], TrainPlan | None] = {}
+        layouts = [Layout.of(job.share.module) for job in jobs]
         for i, job in enumerate(jobs):
             plan = planner(job.share)
-            key = (architecture(job.share.module), plan)
+            key = (layouts[i].architecture, plan)
             groups.setdefault(key, []).append(i)
             plans[key] = plan
         if len(groups) > 1:
@@ -155,7 +185,7 @@ class VectorisedCohort:
                 if why_not is not None or plan is None:
                     results = per_job.fedcore_train_cohort(jobs=chosen, ctx=ctx)
                 else:
-                    results = self._train_chunk(chosen, plan, ctx)
+                    results = self._train_chunk(chosen, [layouts[i] for i in chunk], plan, ctx)
                 if made and ctx.run is None:  # made where the run is out of reach (a Ray worker): the server
                     # records it when the updates arrive (fedcore_client_done)
                     results = [attrs.evolve(r, meta={**r.meta, "cohort_choice": made})
@@ -233,7 +263,8 @@ class VectorisedCohort:
 
     # -- training ---------------------------------------------------------------------------
 
-    def _train_chunk(self, jobs: list[ClientJob], update: TrainPlan, ctx: RoundContext) -> list[Outcome]:
+    def _train_chunk(self, jobs: list[ClientJob], layouts: list[Layout], update: TrainPlan, ctx: RoundContext
+                     ) -> list[Outcome]:
         """Select each client's data as it would alone, then train the ones that selected without error together."""
         from fedcore.engine.client_job import seed_torch
 
@@ -249,8 +280,8 @@ class VectorisedCohort:
                 out[i] = ClientFailed(client_id=job.client.id, error=traceback.format_exc())
         trained: list[Outcome] | None = None
         try:
-            trained = self._fit([jobs[i] for i, _, _ in ready], [c for _, c, _ in ready],
-                                [s for _, _, s in ready], update)
+            trained = self._fit([jobs[i] for i, _, _ in ready], [layouts[i] for i, _, _ in ready],
+                                [c for _, c, _ in ready], [s for _, _, s in ready], update)
         except Exception as exc:  # an op torch.func cannot batch (random ops but nn.Dropout, ...): one by one
             self._say(f"vectorised cohort: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}; "
                       f"training one by one", logging.WARNING)
@@ -261,8 +292,8 @@ class VectorisedCohort:
         assert all(o is not None for o in out)
         return [o for o in out if o is not None]
 
-    def _fit(self, jobs: list[ClientJob], chosen: list[Sequence[int]], rng_states: list[torch.Tensor],
-             update: TrainPlan) -> list[Outcome]:
+    def _fit(self, jobs: list[ClientJob], layouts: list[Layout], chosen: list[Sequence[int]],
+             rng_states: list[torch.Tensor], update: TrainPlan) -> list[Outcome]:
         if not jobs:
             return []
         modules = [job.share.module for job in jobs]
@@ -283,16 +314,18 @@ class VectorisedCohort:
             gen = torch.Generator()
             gen.set_state(state)
             generators.append(gen)
-        named = [dict(m.named_parameters()) for m in modules]
+        named = [layout.params for layout in layouts]
+        owned = [layout.buffers for layout in layouts]
         train = {k: torch.stack([n[k].detach() for n in named]) for k, p in named[0].items() if p.requires_grad}
         shared, frozen = {}, {}
         for k, p in named[0].items():
-            if not p.requires_grad:
+            if not p.requires_grad:  # one frozen backbone (share_frozen_copy: the same tensor) stays unstacked
                 if all(n[k] is p or torch.equal(n[k], p) for n in named[1:]):
-                    shared[k] = p.detach()
+                    if template is not modules[0]:  # else the template holds it: nothing to swap in
+                        shared[k] = p.detach()
                 else:
                     frozen[k] = torch.stack([n[k].detach() for n in named])
-        buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules]) for k, _ in modules[0].named_buffers()}
+        buffers = {k: torch.stack([b[k] for b in owned]) for k in owned[0]}
         run = StackedRun(template=template, train=train, frozen=frozen, shared=shared, buffers=buffers, streams=streams,
                          optimizer=StackedOptimizer(name=update.optimizer, lr=update.lr, momentum=update.momentum,
                                                     weight_decay=update.weight_decay),
@@ -303,13 +336,16 @@ class VectorisedCohort:
         results: list[Outcome] = []
         with torch.no_grad():
             for i, (job, module) in enumerate(zip(jobs, modules)):
-                module.train()
-                for k, p in module.named_parameters():
-                    if k not in shared:
-                        p.copy_((train if k in train else frozen)[k][i])
-                for k, b in module.named_buffers():
+                if not module.training:
+                    module.train()
+                for k in train:  # frozen entries were not changed
+                    named[i][k].copy_(train[k][i])
+                for k, b in owned[i].items():
                     b.copy_(buffers[k][i])
-                results.append(ClientUpdate.from_share(job.share, num_examples=len(chosen[i]),
+                values = {**{k: p.detach() for k, p in named[i].items()}, **owned[i]}  # no state_dict() walk
+                if any(k not in values for k in job.share.upload):  # a module whose state_dict renames entries
+                    values = module.state_dict()
+                results.append(ClientUpdate.from_share(job.share, values, num_examples=len(chosen[i]),
                                                        metrics={"loss": losses[i]}, meta={"cohort": "vectorised"},
                                                        client_id=job.client.id))
         return results
