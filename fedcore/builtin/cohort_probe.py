@@ -3,13 +3,14 @@
 ``vmap`` turns a convolution into a grouped one, which CPU kernels can run slower than one client after
 another, while small models are bound by per-call overhead and win when batched (``benchmarks/README.md``).
 Which side wins depends on the model, the batch, the CPU and the thread count, so no fixed rule can be right
-everywhere: the ``vectorised`` cohort (``on_cpu = "auto"``) measures it once. :func:`probe` times a one-step
-local update of a few throw-away copies of the group's model on one real batch, both ways, interleaved
-(one by one through :func:`fedcore.training.train_epochs`, as ``per-job`` trains; stacked through
-:class:`~fedcore.builtin.stacked_training.StackedRun`, as the cohort trains): a warm-up of each side, which
-decides alone when one side is ``CLEAR``-ly faster, else the best of ``REPS`` more per side. It vectorises only
-when that is clearly faster (``MARGIN``), so a close or noisy probe trains one by one, which is what ``per-job``
-would have done.
+everywhere: the ``vectorised`` cohort (``on_cpu = "auto"``) measures it once. :func:`probe` times a short local
+update (``PROBE_STEPS`` steps on one real batch) of throw-away copies of the group's model both ways: one client
+through :func:`fedcore.training.train_epochs`, as ``per-job`` trains each client (its time, times the number of
+clients), and ``PROBE_CLIENTS`` clients stacked through :class:`~fedcore.builtin.stacked_training.StackedRun`, as
+the cohort trains them. After an untimed warm-up of each side, up to ``REPS`` repetitions alternate the two sides
+and the best of each counts. The clock is the process's CPU time, which other jobs on a shared machine do not
+inflate the way they stretch wall time. It vectorises only when that is clearly faster (``MARGIN``), so a close
+probe trains one by one, which is what ``per-job`` would have done.
 
 The copies are trained inside a forked torch RNG and outside every sample meter: the probe leaves no trace
 in the clients' modules, random streams or virtual clock. The choice is stored on disk (``$FEDCORE_CACHE``,
@@ -44,18 +45,25 @@ log = logging.getLogger("fedcore.cohort")
 
 VECTORISE, ONE_BY_ONE = "vectorise", "one-by-one"
 
-MARGIN = 0.9
-"""Vectorise only when the probe's vectorised step takes at most this fraction of the one-by-one steps."""
+MARGIN = 0.75
+"""Vectorise only when the stacked clients take at most this fraction of their one-by-one time. The probe's
+clients are equal; real ones are not (a client with more data steps on alone at the end, padding fills the
+shorter batches), which cost the demo's CNN about a third more than the probe shows: hence the wide margin."""
 
-PROBE_CLIENTS = 4
-"""At most this many client copies in the probe, so that it costs a few training steps; a larger chunk batches
-better still, so the probe errs towards one by one."""
+PROBE_CLIENTS = 8
+"""At most this many stacked client copies in the probe, so that it costs a few dozen training steps; a larger
+chunk batches better still, so the probe errs towards one by one."""
+
+PROBE_STEPS = 2
+"""Local steps per probed client (fewer when the clients take fewer): the optimizer set-up of each one-by-one
+client and the stacking of a chunk weigh against the steps about as they do in a real local update."""
 
 REPS = 2
-"""Timed repetitions per side after a warm-up of each, interleaved; the best of each side counts."""
+"""Timed repetitions per side after an untimed warm-up of each, interleaved; the best of each side counts. The
+second is skipped when the first lands at least ``DECISIVE`` away from ``MARGIN`` (the usual case)."""
 
-CLEAR = 1.5
-"""A warm-up in which one side took at least this many times the other decides alone (no timed repetitions)."""
+DECISIVE = 0.1
+"""How far from ``MARGIN`` (in vectorised/one-by-one time) the first timed repetition must land to decide alone."""
 
 
 def group_key(module: nn.Module, plan: TrainPlan, architecture: tuple[Any, ...]) -> str:
@@ -102,15 +110,17 @@ def remember(key: str, where: dict[str, Any], record: dict[str, Any]) -> dict[st
     return record
 
 
-def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, clients: int, *, pad: bool
-          ) -> dict[str, Any]:
-    """Time one local step of ``clients`` copies of ``module`` on the batch ``(x, y)``: one by one vs vectorised.
+def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, clients: int, *, steps: int = 1,
+          pad: bool) -> dict[str, Any]:
+    """CPU time of ``steps`` local steps of ``clients`` copies of ``module`` on the batch ``(x, y)``, both ways.
 
-    Returns ``{"choice", "one_by_one_ms", "vectorised_ms", "clients"}`` (milliseconds for all ``clients``;
-    ``vectorised_ms`` is ``None`` when the batched computation raises, e.g. an op ``vmap`` cannot batch).
+    Returns ``{"choice", "one_by_one_ms", "vectorised_ms", "clients", "steps"}`` (milliseconds of process CPU
+    time for all ``clients``; ``vectorised_ms`` is ``None`` when the batched computation raises, e.g. an op
+    ``vmap`` cannot batch).
     """
     kwargs = {k: v for k, v in plan.kwargs().items() if k not in ("epochs", "batch_size")}
-    data = ClientData(dataset=ArrayDataset(x, y), indices=range(len(y)))
+    data = ClientData(dataset=ArrayDataset(x.repeat(steps, *[1] * (x.dim() - 1)), y.repeat(steps)),
+                      indices=range(steps * len(y)))
     with torch.random.fork_rng(devices=[]), uncounted():
         alone = clone_module(module)
         template = clone_module(module)
@@ -119,43 +129,40 @@ def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, 
         params = dict(template.named_parameters())
         buffers = dict(template.named_buffers())
 
-        def one_by_one() -> None:
-            for _ in range(clients):
-                train_epochs(alone, data, epochs=1, batch_size=len(y), **kwargs)
+        def one_by_one(warm: bool = False) -> None:  # one client: the one-by-one time is linear in the clients
+            train_epochs(alone, data, epochs=1, batch_size=len(y), **kwargs)
 
-        def vectorised() -> None:
+        def vectorised(warm: bool = False) -> None:
+            n = 2 if warm else clients  # the warm-up only has to run every kernel once
             StackedRun(template=template,
-                       train={k: torch.stack([p.detach()] * clients) for k, p in params.items() if p.requires_grad},
+                       train={k: torch.stack([p.detach()] * n) for k, p in params.items() if p.requires_grad},
                        frozen={}, shared={k: p.detach() for k, p in params.items() if not p.requires_grad},
-                       buffers={k: torch.stack([b] * clients) for k, b in buffers.items()},
-                       streams=[[(x, y)]] * clients,
+                       buffers={k: torch.stack([b] * n) for k, b in buffers.items()},
+                       streams=[[(x, y)] * (1 if warm else steps)] * n,
                        optimizer=StackedOptimizer(name=plan.optimizer, lr=plan.lr, momentum=plan.momentum,
                                                   weight_decay=plan.weight_decay),
                        mu=plan.mu, clip_norm=plan.clip_norm, pad=pad, dropout=sites,
-                       generators=[torch.Generator().manual_seed(i) for i in range(clients)]).fit()
+                       generators=[torch.Generator().manual_seed(i) for i in range(n)]).fit()
 
         best = {"one": float("inf"), "vec": float("inf")}
         sides = {"one": one_by_one, "vec": vectorised}
-        for rep in range(REPS + 1):  # rep 0 warms both up (allocator, kernels); it counts only when it is clear
-            took = {}
+        for rep in range(REPS + 1):  # rep 0 warms both sides up (first calls, allocator) and is not counted
             for name in list(sides):
-                start = time.perf_counter()
+                start = time.process_time()
                 try:
-                    sides[name]()
+                    sides[name](warm=rep == 0)
                 except Exception as exc:  # the real chunk would fail the same way and then run one by one
-                    log.debug("vectorised cohort: the probe's batched step failed: %s", exc)
+                    log.debug("vectorised cohort: the probe's %s side failed: %s", name, exc)
                     del sides[name]
                     continue
-                took[name] = time.perf_counter() - start
                 if rep:
-                    best[name] = min(best[name], took[name])
+                    best[name] = min(best[name], time.process_time() - start)
             if len(sides) < 2:
                 break
-            if rep == 0 and not 1 / CLEAR < took["vec"] / took["one"] < CLEAR:
-                best = took
+            if rep and abs(best["vec"] / (best["one"] * clients) - MARGIN) >= DECISIVE:
                 break
-    one_ms = best["one"] * 1e3
+    one_ms = best["one"] * clients * 1e3 if "one" in sides else None
     vec_ms = best["vec"] * 1e3 if "vec" in sides else None
-    choice = VECTORISE if vec_ms is not None and vec_ms <= MARGIN * one_ms else ONE_BY_ONE
-    return {"choice": choice, "one_by_one_ms": round(one_ms, 3),
-            "vectorised_ms": None if vec_ms is None else round(vec_ms, 3), "clients": clients}
+    choice = VECTORISE if vec_ms is not None and (one_ms is None or vec_ms <= MARGIN * one_ms) else ONE_BY_ONE
+    return {"choice": choice, "one_by_one_ms": None if one_ms is None else round(one_ms, 3),
+            "vectorised_ms": None if vec_ms is None else round(vec_ms, 3), "clients": clients, "steps": steps}

@@ -230,7 +230,8 @@ class VectorisedCohort:
         if record["choice"] == cohort_probe.VECTORISE:
             return None
         timed = ("" if record.get("one_by_one_ms") is None else
-                 f"; {record['clients']} clients' step took {record['one_by_one_ms']:.1f} ms one by one, "
+                 f"; {record['clients']} clients x {record.get('steps', 1)} steps took "
+                 f"{record['one_by_one_ms']:.1f} ms of CPU one by one, "
                  + ("failed" if record.get("vectorised_ms") is None else f"{record['vectorised_ms']:.1f} ms")
                  + " vectorised")
         return (f"on the CPU, one by one is as fast or faster for {key} (on_cpu = 'auto', {record['by']}{timed}; "
@@ -247,9 +248,12 @@ class VectorisedCohort:
             first = group[0]
             x, y = next(batches(first.dataset, first.pool[:plan.batch_size], plan.batch_size, shuffle=False))
             clients = min(len(group), self.chunk, cohort_probe.PROBE_CLIENTS)
-            timed = cohort_probe.probe(module, plan, x, y, clients, pad=not batch_coupled(module))
+            pool = sum(len(job.pool) for job in group) / len(group)
+            steps = min(cohort_probe.PROBE_STEPS, plan.epochs * max(1, round(pool / plan.batch_size)))
+            timed = cohort_probe.probe(module, plan, x, y, clients, steps=steps, pad=not batch_coupled(module))
             record = {**cohort_probe.remember(key, where, {**timed, "by": "probe"}), "by": "probe"}
-        record = {k: record[k] for k in ("choice", "by", "one_by_one_ms", "vectorised_ms", "clients") if k in record}
+        record = {k: record[k] for k in ("choice", "by", "one_by_one_ms", "vectorised_ms", "clients", "steps")
+                  if k in record}
         record.update(threads=where["threads"], device=where["device"])
         if record["choice"] == cohort_probe.VECTORISE:  # the other choice is said as the reason to train one by one
             log.info("vectorised cohort: vectorising %s on the CPU (on_cpu = 'auto', %s: %s)", key, record["by"],
