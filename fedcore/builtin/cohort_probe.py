@@ -94,7 +94,10 @@ def cached(key: str, where: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def remember(key: str, where: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    """Store ``record`` unless another process stored one first (then that one is returned: the first wins)."""
+    """Store ``record`` unless another process stored one first; returns the stored one (the first writer wins).
+
+    Two workers of one run that probe at the same moment (Ray) then both train the way the first one chose.
+    """
     path = _cache_file(key, where)
     earlier = cached(key, where)
     if earlier is not None:
@@ -104,10 +107,20 @@ def remember(key: str, where: dict[str, Any], record: dict[str, Any]) -> dict[st
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump({**record, "key": key, **where}, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        try:
+            os.link(tmp, path)  # fails if the file exists: never replaces another process's record
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     except OSError as exc:  # a read-only home: the run still records its choice, only later runs probe again
         log.debug("vectorised cohort: could not store the probe in %s: %s", path, exc)
-    return record
+        return record
+    stored = cached(key, where)
+    return record if stored is None else {k: v for k, v in stored.items() if k in record}
 
 
 def probe(module: nn.Module, plan: TrainPlan, x: torch.Tensor, y: torch.Tensor, clients: int, *, steps: int = 1,

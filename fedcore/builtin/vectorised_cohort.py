@@ -78,13 +78,19 @@ class Layout:
     buffers: dict[str, torch.Tensor]
 
     @classmethod
-    def of(cls, module: nn.Module) -> Layout:
+    def of(cls, module: nn.Module, reprs: dict[int, str] | None = None) -> Layout:
+        """``reprs`` remembers each module object's ``extra_repr`` across the modules of a wave: clients that
+        share their frozen layers (``share_frozen_copy``) describe them once."""
+        reprs = {} if reprs is None else reprs
         layers: list[tuple[type, str]] = []
         params: dict[str, nn.Parameter] = {}
         buffers: dict[str, torch.Tensor] = {}
         seen: set[int] = set()  # as named_parameters() and named_buffers(): a shared tensor counts once
         for prefix, m in module.named_modules():
-            layers.append((type(m), m.extra_repr()))
+            text = reprs.get(id(m))
+            if text is None:
+                text = reprs[id(m)] = m.extra_repr()
+            layers.append((type(m), text))
             dot = f"{prefix}." if prefix else ""
             for n, p in m._parameters.items():
                 if p is not None and id(p) not in seen:
@@ -156,7 +162,8 @@ class VectorisedCohort:
         out: dict[int, Outcome] = {}
         groups: dict[tuple[Any, ...], list[int]] = {}
         plans: dict[tuple[Any, ...], TrainPlan | None] = {}
-        layouts = [Layout.of(job.share.module) for job in jobs]
+        reprs: dict[int, str] = {}
+        layouts = [Layout.of(job.share.module, reprs) for job in jobs]
         for i, job in enumerate(jobs):
             plan = planner(job.share)
             key = (layouts[i].architecture, plan)

@@ -105,7 +105,15 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
     keys = adapters + [k for k in matching_keys(model, extra, setting="extra", keys=entries) if k not in adapters]
     keys = [k for k in keys if entries[k]]  # buffers never train
     download = list(entries) if download_all else None
-    return _subset_share(model, keys, entries, download, {"lora_rank": current_rank(model)})
+    return _subset_share(model, keys, entries, download, {"lora_rank": _rank(model, adapters)})
+
+
+def _rank(model: nn.Module, adapters: list[str]) -> int:
+    """:func:`current_rank` from the adapted layers the keys name (no walk over the whole model)."""
+    marker = f".lora_A.{ADAPTER}."
+    layers: list[Any] = [model.get_submodule(k.split(marker)[0]) for k in adapters if marker in k]  # peft layers
+    found = {int(layer.r[ADAPTER]) for layer in layers}
+    return found.pop() if len(found) == 1 else current_rank(model)  # current_rank names what is wrong
 
 
 @attrs.frozen(eq=False, kw_only=True)
