@@ -2,7 +2,7 @@
 
     python benchmarks/vectorised_cohorts.py                                  # every case, 5 repetitions, CPU, 1 thread
     python benchmarks/vectorised_cohorts.py --cases demo --reps 7
-    python benchmarks/vectorised_cohorts.py --cases fedlora --clients 10 50 --reps 5 --rounds 4
+    python benchmarks/vectorised_cohorts.py --cases fedlora --clients 10 50 --reps 5 --rounds 6
 
 ``demo``: the whole ``examples/fedavg_dirichlet.toml`` run as ``fedcore run`` does it (``run_experiment``: run
 directory, checkpoints, progress observer; 10 clients, micro CNN, 10 rounds) with ``cohort = "per-job"`` against
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["demo", "fedlora", "promptfl"],
                     choices=["demo", "fedlora", "promptfl"])
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 50])
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
