@@ -206,6 +206,20 @@ def fedcore_round_start(ctx: RoundContext) -> None:
 
 
 @hookspec
+def fedcore_client_trained(client: ClientInfo, outcome: ClientUpdate | ClientFailed, ctx: RoundContext) -> None:
+    """A client's training finished where it ran, whichever cohort trained it; watch it, do not change it.
+
+    Called once for every job of every wave: the ``per-job`` cohort calls it as each client finishes, a
+    batched cohort as each batch of clients finishes (``job.trained(outcome)``), and the engine, when the
+    cohort returns, for every job it did not report. ``outcome`` is the ``ClientUpdate`` before its upload,
+    or ``ClientFailed``; ``ctx`` is the client-bound context. Runs where the client trained: on the
+    worker under a distributed executor (``ctx.run`` is then ``None``), possibly on a worker thread. This
+    is how a progress display or a logger follows training without wrapping ``fedcore_local_update``, which
+    would make a vectorising cohort train one by one.
+    """
+
+
+@hookspec
 def fedcore_client_done(client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
     """A client's update arrived at the server (accepted or not, before aggregation)."""
 
@@ -272,6 +286,7 @@ OBSERVER_HOOKS: tuple[str, ...] = (
     "fedcore_check_pipeline",
     "fedcore_run_start",
     "fedcore_round_start",
+    "fedcore_client_trained",
     "fedcore_client_done",
     "fedcore_adapt_update",
     "fedcore_plan_job",

@@ -144,6 +144,10 @@ class Hooks:
     def fedcore_round_start(self, *, ctx: RoundContext) -> None:
         self._pm.hook.fedcore_round_start(ctx=ctx)
 
+    def fedcore_client_trained(self, *, client: ClientInfo, outcome: ClientUpdate | ClientFailed, ctx: RoundContext
+                               ) -> None:
+        self._pm.hook.fedcore_client_trained(client=client, outcome=outcome, ctx=ctx)
+
     def fedcore_client_done(self, *, client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
         self._pm.hook.fedcore_client_done(client=client, update=update, ctx=ctx)
 

@@ -22,7 +22,8 @@ class PerJobCohort:
 
     Per job: torch's global RNG is seeded from ``(seed, round, client)`` inside a fork, then
     ``fedcore_select_data`` and ``fedcore_local_update`` run on the job's share and context. A client
-    that raises is reported as failed (:class:`~fedcore.types.ClientFailed`); the others go on.
+    that raises is reported as failed (:class:`~fedcore.types.ClientFailed`); the others go on. Each
+    finished client is reported to the ``fedcore_client_trained`` observers at once.
     """
 
     @fedcore.hookimpl
@@ -38,4 +39,5 @@ class PerJobCohort:
                 out.append(attrs.evolve(update, client_id=job.client.id))
             except Exception:  # a client failure is reported, never a crash of the run
                 out.append(ClientFailed(client_id=job.client.id, error=traceback.format_exc()))
+            job.trained(out[-1])  # observers (a progress display) follow client by client
         return out

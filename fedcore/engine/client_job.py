@@ -8,7 +8,7 @@ the client's channel (what crossed it) and the traceback if the client failed.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import contextlib
 import time
 import traceback
@@ -35,7 +35,8 @@ class ClientJob:
     ``hooks`` (the pipeline's slots) are what the running side holds; ``placement`` is the run's device and
     precision (client training runs under its autocast); :func:`run_cohort` binds them
     where the job runs, so they never travel with it. :meth:`select_data` and :meth:`local_update`
-    call the pipeline's providers for this job (what the default cohort does).
+    call the pipeline's providers for this job (what the default cohort does); :meth:`trained` tells the
+    observers that the job's training finished.
     """
 
     client: ClientInfo
@@ -47,6 +48,8 @@ class ClientJob:
     placement: Placement | None = None
     dataset: Any = None
     hooks: Any = attrs.field(default=None, repr=False)
+    on_trained: Callable[[ClientJob, ClientUpdate | ClientFailed], None] | None = attrs.field(default=None,
+                                                                                             repr=False)
 
     @property
     def channel(self) -> Channel:
@@ -63,6 +66,15 @@ class ClientJob:
         data = ClientData(dataset=self.dataset, indices=indices)
         return self.hooks.fedcore_local_update(client=self.client, share=self.share, data=data, state=self.state,
                                                ctx=self.ctx)
+
+    def trained(self, outcome: ClientUpdate | ClientFailed) -> None:
+        """Tell the observers (``fedcore_client_trained``) that this job's training finished, once.
+
+        A cohort calls it as each client (or each batch of clients) finishes, so that a progress display
+        follows the work; :func:`run_cohort` calls it for every job the cohort did not report.
+        """
+        if self.on_trained is not None:
+            self.on_trained(self, outcome)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -117,11 +129,23 @@ def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[Jo
     The torch global RNG is forked around the cohort, so client work never disturbs the caller's
     random state (the default cohort seeds it per job from ``(seed, round, client)``). A cohort
     provider that raises, or answers with the wrong shape, fails every job of the cohort; a
-    :class:`~fedcore.types.ClientFailed` entry fails one client.
+    :class:`~fedcore.types.ClientFailed` entry fails one client. Every job is reported to the
+    ``fedcore_client_trained`` observers once: by the cohort as it finishes (:meth:`ClientJob.trained`),
+    else here when the cohort returns.
     """
     if not jobs:
         return []
-    jobs = [attrs.evolve(job, dataset=dataset, hooks=hooks) for job in jobs]
+    reported: set[int] = set()
+
+    def report(job: ClientJob, outcome: ClientUpdate | ClientFailed) -> None:
+        if job.client.id in reported:  # a client is dispatched at most once per wave
+            return
+        reported.add(job.client.id)
+        if isinstance(outcome, ClientUpdate) and outcome.client_id != job.client.id:
+            outcome = attrs.evolve(outcome, client_id=job.client.id)
+        hooks.fedcore_client_trained(client=job.client, outcome=outcome, ctx=job.ctx)
+
+    jobs = [attrs.evolve(job, dataset=dataset, hooks=hooks, on_trained=report) for job in jobs]
     start = time.perf_counter()
     works: list[dict[str, int]] = []
     try:
@@ -137,6 +161,8 @@ def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[Jo
         error = traceback.format_exc()
         outcomes = [ClientFailed(client_id=job.client.id, error=error) for job in jobs]
         works = works or [{} for _ in jobs]
+    for job, out in zip(jobs, outcomes):
+        job.trained(out)
     wall = (time.perf_counter() - start) / len(jobs)
     return [_upload(job, out, dict(work), wall) for job, out, work in zip(jobs, outcomes, works)]
 
