@@ -134,13 +134,13 @@ class ThreadsExecutor:
         def init() -> None:
             torch.get_num_threads()  # settle this thread's count before changing it (torch initialises it lazily)
             torch.set_num_threads(self.threads_per_worker)
-            ready.wait()
+            ready.wait(timeout=60)
 
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="fedcore-client",
                                   initializer=init)
         for _ in range(self.workers):
             pool.submit(lambda: None)
-        ready.wait()
+        ready.wait(timeout=60)  # a worker that could not start breaks the barrier instead of hanging the run
         torch.set_num_threads(own)
         if self.workers * self.threads_per_worker > _available_cores():
             self._say(f"threads executor: {self.workers} workers x {self.threads_per_worker} torch threads is more "
