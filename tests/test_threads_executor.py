@@ -174,8 +174,8 @@ def test_a_cohort_provider_that_does_not_declare_thread_safety_trains_on_the_cal
 
 @pytest.mark.parametrize("settings, message", [
     ({"workers": "two"}, r"executor threads\.workers = 'two' has type string; expected integer"),
-    ({"workers": -1}, r"executor threads: workers = -1; must be an int >= 1 \(0: one per core\)"),
-    ({"threads_per_worker": 0}, r"threads_per_worker = 0; must be an int >= 1"),
+    ({"workers": -1}, r"executor threads: ThreadsExecutor\.workers=-1 is out of range; must be >= 0"),
+    ({"threads_per_worker": 0}, r"ThreadsExecutor\.threads_per_worker=0 is out of range; must be >= 1"),
     ({"cores": 2}, r"executor threads: unknown setting 'cores'; allowed: threads_per_worker, workers"),
 ])
 def test_bad_settings_are_one_line_naming_the_field(tmp_path, settings, message):

@@ -35,7 +35,7 @@ import contextvars
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import torch
@@ -43,6 +43,7 @@ import torch
 from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
 from fedcore.engine.job_rng import recording_draws, worker_thread
 from fedcore.errors import ConfigError, FedcoreError
+from fedcore.settings import setting
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Pipeline
@@ -86,26 +87,30 @@ def _train_in_worker(hooks: Any, jobs: list[ClientJob], dataset: Any, grad: bool
         return run_cohort(hooks, jobs, dataset)
 
 
+@attrs.define(eq=False)
 class ThreadsExecutor:
-    """The clients of a wave trained in ``workers`` threads of this process (default: one per available core).
+    """The clients of a wave trained in ``workers`` threads of this process (0: one per available core).
 
     ``threads_per_worker`` is each worker's intra-op thread count (1: N workers use N cores). The history is the
     inline executor's bit for bit when the calling thread uses the same count (a config's ``threads``, 1 by default).
     """
 
-    name = "threads"
+    name: ClassVar[str] = "threads"
 
-    def __init__(self, workers: int = 0, *, threads_per_worker: int = 1) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ConfigError(f"executor threads: workers = {workers!r}; must be an int >= 1 (0: one per core)")
-        if isinstance(threads_per_worker, bool) or not isinstance(threads_per_worker, int) or threads_per_worker < 1:
-            raise ConfigError(f"executor threads: threads_per_worker = {threads_per_worker!r}; must be an int >= 1")
-        self.workers = workers or _available_cores()
-        self.threads_per_worker = threads_per_worker
-        self._pool: ThreadPoolExecutor | None = None
-        self._draws: dict[tuple[Any, ...], bool] = {}  # job kind -> draws from torch's global generator
-        self._said: set[str] = set()
-        self.lanes = {"calling_thread": 0, "workers": 0}  # jobs trained where (a run's tally, for tests and logs)
+    workers: int = setting(0, low=0, help="worker threads training clients at once (0: one per available core)")
+    threads_per_worker: int = setting(1, low=1, help="torch intra-op threads of each worker")
+    lanes: dict[str, int] = attrs.field(init=False, factory=lambda: {"calling_thread": 0, "workers": 0})
+    """Jobs trained on the calling thread and on the workers in the current run (for tests and logs)."""
+    _pool: ThreadPoolExecutor | None = attrs.field(init=False, default=None, repr=False)
+    _draws: dict[tuple[Any, ...], bool] = attrs.field(init=False, factory=dict, repr=False)  # kind -> draws
+    _said: set[str] = attrs.field(init=False, factory=set, repr=False)
+    _parallel: bool = attrs.field(init=False, default=False, repr=False)
+    _hooks: Any = attrs.field(init=False, default=None, repr=False)
+    _dataset: Any = attrs.field(init=False, default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.workers == 0:
+            self.workers = _available_cores()
 
     # -- life cycle ---------------------------------------------------------------------------
 
