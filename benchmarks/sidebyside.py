@@ -104,10 +104,10 @@ class Runs:
         print(f"  {reps} pairs, contenders interleaved ({' '.join(self.names)} / reversed, alternately), "
               f"{self.wall_s:.0f} s in all")
 
-    def print_times(self, key: str | None = None, unit: str = "s") -> None:
-        """Minimum and median of each contender's measure."""
+    def print_times(self, key: str | None = None, unit: str = "s", names: list[str] | None = None) -> None:
+        """Minimum and median of each contender's measure (``names``: of these contenders only)."""
         label = key or "measure"
-        for name in self.names:
+        for name in names or self.names:
             v = self.values(name, key)
             print(f"  {name:<28} {label}: min {min(v):.4f} {unit}, median {statistics.median(v):.4f} {unit}")
 

@@ -49,7 +49,7 @@ def run_once(config: Path, executor: str, reference: list[Any]) -> dict[str, flo
     return {"steady": statistics.median(rounds[1:]), "first": rounds[0], "run": wall, "cpu": cpu}
 
 
-def cores_probe(threads: int, work: int = 120) -> float:
+def cores_probe(threads: int, work: int = 1200) -> float:
     """Seconds for ``work`` 256x256 matrix products split over ``threads`` Python threads (torch releases the GIL in
     them): one thread over two threads is how many cores this process really had at that moment (2.0: both free)."""
     a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     runs.print_header(f"threads executor ({args.workers} workers) vs inline: {args.config.name}, whole runs in this "
                       f"process", warmup=f"{args.warmup} pair(s) untimed")
     for key in ("steady", "first", "run", "cpu"):
-        runs.print_times(key)
+        runs.print_times(key, names=["inline", "threads"])
+    runs.print_times(names=["cores probe, 1 thread", "cores probe, 2 threads"])
     runs.print_ratio("inline", "threads", key="steady", target=TARGET, label="inline / threads per steady round")
     runs.print_ratio("inline", "threads", key="run", label="inline / threads per 10-round run (in process)")
     runs.print_ratio("threads", "inline", key="cpu", label="CPU time threads / inline")
