@@ -16,6 +16,9 @@ import attrs
 
 ACCOUNTANTS = ("rdp", "pld", "opacus-rdp", "opacus-prv")
 """``rdp``/``pld``: dp-accounting's ``RdpAccountant``/``PLDAccountant``; ``opacus-rdp``/``opacus-prv``: Opacus's."""
+PLD_INTERVAL = 1e-3
+"""``PLDAccountant``'s ``value_discretization_interval``: 10x the library default, 10x faster; ε moves in the 6th
+digit on the mechanisms of this plugin (a pessimistic discretisation either way)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -69,7 +72,7 @@ def epsilon(events: Iterable[Event], delta: float, accountant: str = "rdp") -> f
     if accountant in ("rdp", "pld"):
         from dp_accounting import pld, rdp
 
-        acc = rdp.RdpAccountant() if accountant == "rdp" else pld.PLDAccountant()
+        acc = rdp.RdpAccountant() if accountant == "rdp" else pld.PLDAccountant(PLD_INTERVAL)
         with _quiet_absl():
             for e in events:
                 acc.compose(_dp_event(e), e.count)

@@ -182,6 +182,8 @@ class DPFedAvg:
         bound_now = float(stash.get(CLIP, self.clip))
         total, members = summed_changes(updates, central=self.noise == "central", default_clip=bound_now)
         n = len(members)
+        if n == 0:  # a secure aggregation that aborted: nothing is released, nothing is spent
+            return updates[0], {"dp_clip": bound_now, "dp_clients": 0.0}
         per_client: dict[int, float] = {}
         for m in members:  # a client that answered twice in one aggregation (asynchronous restarts) counts twice
             per_client[m["client"]] = per_client.get(m["client"], 0.0) + float(m.get(META_CLIP, bound_now))

@@ -10,6 +10,7 @@ steps, sampling rate and noise it used: its data never leaves, nor does its hist
 from __future__ import annotations
 
 from typing import Any
+import warnings
 
 import attrs
 
@@ -45,6 +46,18 @@ class DPSGDUpdate:
         return CheckPlan(fixture=ContractFixture(model_factory=tiny_model))
 
     @fedcore.hookimpl
+    def fedcore_run_start(self, run: fedcore.RunContext) -> None:
+        """Refuse a model Opacus cannot train before any client runs (BatchNorm mixes the samples of a batch)."""
+        from torch import nn
+
+        norms = [name for name, m in run.server.model.named_modules()
+                 if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if norms:
+            raise ConfigError(f"dp-sgd cannot compute per-sample gradients of this model: BatchNorm layer "
+                              f"{norms[0]!r} mixes the samples of a batch; use a model without BatchNorm (tiny-mlp, "
+                              f"GroupNorm) or whole-client DP (dp-fedavg)")
+
+    @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
                              ctx: RoundContext) -> ClientUpdate:
         import torch
@@ -62,7 +75,9 @@ class DPSGDUpdate:
                                              batch_size=min(self.batch_size, len(data.indices)))
         params = [p for p in share.module.parameters() if p.requires_grad]
         optimizer = make_optimizer(self.optimizer, params, self.lr, momentum=self.momentum)
-        engine = PrivacyEngine(accountant="rdp")
+        with warnings.catch_warnings():  # a simulation: Opacus's non-cryptographic RNG is what seeds reproduce
+            warnings.simplefilter("ignore", UserWarning)
+            engine = PrivacyEngine(accountant="rdp")
         module = share.module
         module.train()
         hooks, dp_optimizer, dp_loader = engine.make_private(
@@ -78,7 +93,9 @@ class DPSGDUpdate:
                         dp_optimizer.step()
                         continue
                     loss = torch.nn.functional.cross_entropy(module(xb), yb)
-                    loss.backward()
+                    with warnings.catch_warnings():  # Opacus's hooks on a first layer whose input needs no grad
+                        warnings.simplefilter("ignore", UserWarning)
+                        loss.backward()
                     dp_optimizer.step()
                     total += float(loss.detach()) * len(yb)
                     seen += len(yb)

@@ -1,0 +1,68 @@
+"""``target_epsilon`` ends the run before the budget is exceeded, says why, and a resume stays finished."""
+import json
+
+import pytest
+
+from fedcore.cli import main
+
+CONFIG = """
+name = "dp-budget"
+seed = 0
+rounds = 12
+num_clients = 4
+dataset = { name = "synthetic", n = 64, n_test = 32, num_classes = 4 }
+model = { name = "tiny-mlp" }
+
+[pipeline]
+schedule = { name = "uniform", fraction = 0.5 }
+aggregate = { name = "fedavg", weighting = "uniform" }
+plugins = [{ name = "dp-fedavg", noise_multiplier = 1.0, clip = 0.5, target_epsilon = 6.0 }]
+
+[output]
+save_model = false
+"""
+
+
+@pytest.fixture(scope="module")
+def spent_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("budget")
+    (root / "dp.toml").write_text(CONFIG)
+    assert main(["run", str(root / "dp.toml"), "--out", str(root / "run"), "--progress", "none"]) == 0
+    return root / "run"
+
+
+def rows_of(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_run_stops_before_the_budget_and_says_why(spent_run, capsys):
+    rows = rows_of(spent_run)
+    status = json.loads((spent_run / "status.json").read_text())
+    assert status["state"] == "finished" and "privacy budget spent" in status["stopped"]
+    assert 1 < len(rows) < 12                                   # stopped early, after some rounds
+    eps = [r["dp_epsilon"] for r in rows]
+    assert eps == sorted(eps) and eps[-1] <= 6.0                 # never past the target
+    assert f"after {len(rows)} aggregations" in status["stopped"]
+
+
+def test_a_resume_of_the_spent_run_stays_finished(spent_run, capsys):
+    before = rows_of(spent_run)
+    assert main(["run", "--resume", str(spent_run), "--progress", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "already finished" in out and "stopped early: privacy budget spent" in out
+    assert rows_of(spent_run) == before
+
+
+def test_a_run_killed_after_its_last_checkpoint_stops_again_on_resume(spent_run, capsys):
+    # as if killed between the last checkpoint and the final status: the stash carries the spent budget
+    status_path = spent_run / "status.json"
+    status = json.loads(status_path.read_text())
+    status.update(state="interrupted")
+    status.pop("stopped")
+    status_path.write_text(json.dumps(status))
+    before = rows_of(spent_run)
+    assert main(["run", "--resume", str(spent_run), "--progress", "none"]) == 0
+    assert "stopped early: privacy budget spent" in capsys.readouterr().out
+    assert rows_of(spent_run) == before                           # no further round ran
+    status = json.loads(status_path.read_text())
+    assert status["state"] == "finished" and "privacy budget spent" in status["stopped"]
