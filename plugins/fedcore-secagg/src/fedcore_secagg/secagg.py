@@ -81,6 +81,15 @@ class SecAggPlus:
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
         refuse_individual_aggregator("secagg", pipeline)
+        from fedcore.builtin import AsyncSchedule, BufferedSchedule
+
+        schedule = pipeline.provider("schedule")
+        alone = isinstance(schedule, AsyncSchedule) or (isinstance(schedule, BufferedSchedule)
+                                                        and schedule.buffer_size < 2)
+        if alone:
+            raise ConfigError(f"secagg needs at least 2 clients per aggregation (the sum of one client is its "
+                              f"update), but {type(schedule).__name__} aggregates each arrival alone; use "
+                              f"schedule = \"buffered\" with buffer_size >= 2, \"semi-async\" or \"uniform\"")
         if self.quant_bits >= self.field_bits:
             raise ConfigError(f"SecAggPlus.quant_bits={self.quant_bits} leaves no room to sum in a "
                               f"{self.field_bits}-bit field; use quant_bits < field_bits")
@@ -147,6 +156,10 @@ class SecAggPlus:
                               f"client: the cohort slot must run under the secagg wrapper")
         names = sorted(updates[0].tensors)
         n, modulus = len(updates), self.ring()
+        if n < 2:  # a semi-asynchronous round with one arrival: its sum would be its update
+            log.warning("round %s: secure aggregation aborted, the global model is kept: one client's sum is its "
+                        "update", ctx.round)
+            return None, {"secagg_clients": float(n), "secagg_aborted": 1.0, "secagg_survivors": 0.0}, 0.0
         if n * (2 ** self.quant_bits - 1) >= modulus:
             raise ConfigError(f"secagg: {n} clients of quant_bits={self.quant_bits} can overflow a "
                               f"{self.field_bits}-bit field; lower quant_bits or raise field_bits")
