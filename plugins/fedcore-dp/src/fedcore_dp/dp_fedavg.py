@@ -88,6 +88,11 @@ class DPFedAvg:
 
     # -- settings that depend on each other --------------------------------------------------
 
+    def clip_now(self, stash: Any) -> float:
+        """The clip norm of this round: the adaptive one in the server's stash, else the setting."""
+        value = stash.get(CLIP)
+        return self.clip if value is None else float(value)
+
     def bit_noise_for(self, clients: int) -> float:
         """σ_b: the setting, else Andrew et al.'s clients/20, at least ``z`` (so that ``z_Δ`` stays below 1.16·z)."""
         return self.bit_noise if self.bit_noise is not None else max(clients / 20.0, self.noise_multiplier, 0.05)
@@ -117,7 +122,7 @@ class DPFedAvg:
                                       "(and add noise) before they mask, and the server unmasks before it releases")
                 if getattr(other, "weighting", "uniform") != "uniform":
                     raise ConfigError(f"dp-fedavg weighs clients equally; set {type(other).__name__}.weighting="
-                                      f"'uniform' (it is {getattr(other, 'weighting')!r})")
+                                      f"'uniform' (it is {other.weighting!r})")
 
     # -- server: the share tells the client the round's clip norm ---------------------------
 
@@ -125,7 +130,7 @@ class DPFedAvg:
     def fedcore_split_model(self, ctx: RoundContext) -> Any:
         share: Share = yield
         refuse_unbounded_upload("dp-fedavg", share)
-        bound = float(ctx.server.stash.get(CLIP, self.clip))
+        bound = self.clip_now(ctx.server.stash)
         meta: dict[str, float] = {META_CLIP: bound}
         if self.noise == "distributed":
             m = int(self.clients_per_round or 1)
@@ -179,7 +184,7 @@ class DPFedAvg:
         """The noised mean change as one update on the current model, and the round's ``agg_dp_*`` metrics."""
         current = model.state_dict()
         stash = ctx.server.stash
-        bound_now = float(stash.get(CLIP, self.clip))
+        bound_now = self.clip_now(stash)
         total, members = summed_changes(updates, central=self.noise == "central", default_clip=bound_now)
         n = len(members)
         if n == 0:  # a secure aggregation that aborted: nothing is released, nothing is spent

@@ -60,9 +60,9 @@ class DPSGDUpdate:
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
                              ctx: RoundContext) -> ClientUpdate:
-        import torch
         from opacus import PrivacyEngine
         from opacus.validators import ModuleValidator
+        import torch
 
         problems = [e for e in ModuleValidator.validate(share.module, strict=False)
                     if "BatchNorm" in str(e) or "not supported" in str(e).lower()]
@@ -108,7 +108,7 @@ class DPSGDUpdate:
                                        metrics={"loss": total / max(seen, 1)})
 
     def client_epsilon(self, state: ClientState) -> float:
-        events = [accounting.Event(q=q, z=z, count=c) for q, z, c in state.stash.get(HISTORY, [])]
+        events = [accounting.Event(q=q, z=z, count=c) for q, z, c in state.stash.get(HISTORY) or []]
         return accounting.epsilon(events, self.delta, self.accountant)
 
     @fedcore.hookimpl

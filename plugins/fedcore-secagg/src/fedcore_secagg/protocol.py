@@ -37,7 +37,7 @@ CIPHERTEXT_BYTES = 2 * ID_BYTES + 2 * shamir.SHARE_BYTES + crypto.TAG_BYTES  # (
 MESSAGE_BYTES = {
     ("advertise", "up"): "2·32 (c_pk, s_pk)",
     ("advertise", "down"): "per neighbour in U1: 4 + 2·32 (id, c_pk, s_pk)",
-    ("share", "up"): f"per neighbour in U1: 4 + {CIPHERTEXT_BYTES} (recipient id, ciphertext of ids and 2 shares + tag)",
+    ("share", "up"): f"per neighbour in U1: 4 + {CIPHERTEXT_BYTES} (recipient id, ciphertext of 2 ids, 2 shares, tag)",
     ("share", "down"): f"per neighbour in U2: 4 + {CIPHERTEXT_BYTES} (sender id, ciphertext)",
     ("input", "up"): "d · bits/8 (the masked input: the client's upload, booked by the engine)",
     ("unmask", "down"): "per neighbour in U3: 4 (its id)",
@@ -133,7 +133,8 @@ class SecAggClient:
         for v in sorted(self.received):
             key = crypto.kdf(self.agreed(self.c_sk, self.keys[v][0]), "secagg-enc")
             plain = crypto.decrypt(key, self.received[v])
-            if int.from_bytes(plain[:ID_BYTES], "little") != v or int.from_bytes(plain[ID_BYTES:8], "little") != self.id:
+            sender, recipient = int.from_bytes(plain[:ID_BYTES], "little"), int.from_bytes(plain[ID_BYTES:8], "little")
+            if (sender, recipient) != (v, self.id):
                 raise ProtocolAbort(f"client {self.id} received a share addressed to someone else")
             s_share, b_share = plain[8:40], plain[40:72]
             out += _id(v) + (b_share if v in survivors else s_share)
