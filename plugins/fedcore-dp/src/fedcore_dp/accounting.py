@@ -72,7 +72,8 @@ def epsilon(events: Iterable[Event], delta: float, accountant: str = "rdp") -> f
     if accountant in ("rdp", "pld"):
         from dp_accounting import pld, rdp
 
-        acc = rdp.RdpAccountant() if accountant == "rdp" else pld.PLDAccountant(value_discretization_interval=PLD_INTERVAL)
+        acc = rdp.RdpAccountant() if accountant == "rdp" else \
+            pld.PLDAccountant(value_discretization_interval=PLD_INTERVAL)
         with _quiet_absl():
             for e in events:
                 acc.compose(_dp_event(e), e.count)
