@@ -53,6 +53,14 @@ def test_a_resume_of_the_spent_run_stays_finished(spent_run, capsys):
     assert rows_of(spent_run) == before
 
 
+def test_the_report_shows_epsilon_and_why_the_run_stopped(spent_run, capsys):
+    assert main(["report", str(spent_run), "--out", str(spent_run / "report")]) == 0
+    assert "ε (δ)" in capsys.readouterr().out
+    summary = json.loads((spent_run / "report" / "summary.json").read_text())[0]
+    assert summary["dp_epsilon"] == rows_of(spent_run)[-1]["dp_epsilon"] and summary["dp_delta"] == 1e-5
+    assert summary["stopped"].startswith("privacy budget spent")
+
+
 def test_a_run_killed_after_its_last_checkpoint_stops_again_on_resume(spent_run, capsys):
     # as if killed between the last checkpoint and the final status: the stash carries the spent budget
     status_path = spent_run / "status.json"
