@@ -70,6 +70,15 @@ def utility(sweep: Path, readme: Path | None) -> str:
         "non-private").values))) + "):", ""]
     for s in stats.settings:
         per_seed.append(f"- {s.label}: " + ", ".join(f"{100 * s.values[k]:.1f}" for k in sorted(s.values)))
+    pairs = [(a, b) for a, b in (("z1.0-adaptive", "z1.0"), ("z0.3", "clip-only"))
+             if a in stats.runs and b in stats.runs]
+    if pairs:
+        per_seed += ["", "Paired by seed (accuracy points):", ""]
+    for other, base_label in pairs:
+        c = stats.compare(other, base_label)
+        if c is not None:
+            per_seed.append(f"- {other} − {base_label}: {100 * c.mean_diff:+.1f} (paired t p = {_p(c.t_p)}, "
+                            f"Wilcoxon p = {_p(c.wilcoxon_p)}, n = {c.n})")
     plot = None
     if readme is not None and points and base is not None:
         plot = _curve(points, base.mean, readme.parent / "results" / "dp-utility" / "epsilon_vs_accuracy.png")
