@@ -96,13 +96,20 @@ def _curve(points: Sequence[tuple[str, float, float, float]], baseline: float, o
 
     out.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ordered = sorted(points, key=lambda p: p[1])
-    ax.errorbar([p[1] for p in ordered], [100 * p[2] for p in ordered], yerr=[100 * p[3] for p in ordered],
-                marker="o", capsize=3, label="DP-FedAvg (mean ± std, 5 seeds)")
-    for label, e, acc, _ in ordered:
-        ax.annotate(label, (e, 100 * acc), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    for adaptive, style in ((False, {"marker": "o", "label": "DP-FedAvg, fixed C (mean ± std, 5 seeds)"}),
+                            (True, {"marker": "s", "linestyle": "none", "label": "adaptive C"})):
+        ordered = sorted((p for p in points if ("adaptive" in p[0]) == adaptive), key=lambda p: p[1])
+        if not ordered:
+            continue
+        ax.errorbar([p[1] for p in ordered], [100 * p[2] for p in ordered], yerr=[100 * p[3] for p in ordered],
+                    capsize=3, **style)
+        for label, e, acc, _ in ordered:
+            ax.annotate(label, (e, 100 * acc), textcoords="offset points", xytext=(4, -10), fontsize=7)
     ax.axhline(100 * baseline, color="grey", linestyle="--", label="non-private")
     ax.set_xscale("log")
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100) if min(p[1] for p in points) / 2 <= t <= max(p[1] for p in points) * 2]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("ε at δ = 1e-3 (RDP, dp-accounting)")
     ax.set_ylabel("final test accuracy (%)")
     ax.legend(fontsize=8)
