@@ -123,3 +123,4 @@ def test_the_upload_is_masked():
     run_tiny_pipeline([Spy(), SecAggPlus(), FedAvg()], rounds=1)
     assert seen and all(v.dtype == torch.int32 for u in seen for v in u.tensors.values())
     assert all("secagg.nonce" in u.meta for u in seen)
+
