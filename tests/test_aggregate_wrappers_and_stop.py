@@ -36,9 +36,20 @@ def test_a_wrapper_replaces_the_updates_and_the_row_keeps_the_arrivals():
             seen.append(len(updates))
             return FedAvg().fedcore_aggregate(model=model, updates=updates, ctx=ctx)
 
-    result = run_tiny_pipeline([OnlyFirst(), Count()], rounds=2)
-    assert seen == [1, 1]
-    assert result.history.column("clients") == [[0, 1, 2], [0, 1, 2]]
+    @attrs.frozen(eq=False, kw_only=True)
+    class Careless:
+        """Replaces the updates and does not put them back: the engine's own list is a different one."""
+
+        @fedcore.hookimpl(wrapper=True)
+        def fedcore_aggregate(self, updates):
+            updates[:] = updates[:1]
+            return (yield)
+
+    for wrapper in (OnlyFirst(), Careless()):
+        seen.clear()
+        result = run_tiny_pipeline([wrapper, Count()], rounds=2)
+        assert seen == [1, 1]
+        assert result.history.column("clients") == [[0, 1, 2], [0, 1, 2]]
 
 
 def test_aggregation_time_moves_the_virtual_clock():
