@@ -6,7 +6,9 @@
 Per number of clients and dropout rate, over the seeds (mean ± std): the bytes one round moves (up + down, the
 ledger's totals over the run / rounds), the protocol's own share of them, the virtual time per round (the clock
 of the last row / rounds), the clients whose update reached the aggregate, and the ratios SecAgg+ / plain FedAvg
-(paired by seed).
+(paired by seed). The keys are agreed when the server aggregates, after the uploads, so a client that drops before
+its input stage has still uploaded its masked input; the second bytes ratio subtracts those inputs (clients -
+survivors of each round that did not abort, times the input's size), which is what Bell et al.'s order sends.
 """
 from __future__ import annotations
 
@@ -47,7 +49,18 @@ def per_run(run) -> dict[str, float]:  # type: ignore[no-untyped-def]
             "time": last.get("virtual_time", 0.0) / rounds,
             "merged": statistics.mean(len(r["clients"]) if "agg_secagg_survivors" not in r
                                       else r["agg_secagg_survivors"] for r in rows),
-            "aborted": sum(r.get("agg_secagg_aborted", 0.0) for r in rows)}
+            "aborted": sum(r.get("agg_secagg_aborted", 0.0) for r in rows), "rounds": rounds,
+            # clients that dropped before sending their masked input; aborted rounds do not say, and count 0
+            "unsent": sum(r["agg_secagg_clients"] - r["agg_secagg_survivors"] for r in rows
+                          if "agg_secagg_clients" in r and not r.get("agg_secagg_aborted")) / rounds,
+            "input_bytes": last["bytes_up_total"] / rounds / len(last["clients"]), "field_bits": field_bits(run)}
+
+
+def field_bits(run) -> int:  # type: ignore[no-untyped-def]
+    for spec in run.config.get("pipeline", {}).get("plugins", []):
+        if isinstance(spec, dict) and spec.get("name") == "secagg":
+            return int(spec.get("field_bits", 32))
+    return 32
 
 
 def table(sweep: Path) -> str:
@@ -62,9 +75,9 @@ def table(sweep: Path) -> str:
         for seed, run in zip(sorted(seeds), runs):
             cells.setdefault((kind, int(run.config["num_clients"]), drop), {})[int(run.config["seed"])] = per_run(run)
     lines = ["| clients | dropout | FedAvg MB / round | SecAgg+ MB / round | of which protocol messages (MB) | "
-             "bytes ratio | FedAvg virtual s / round | SecAgg+ virtual s / round | time ratio | updates merged "
-             "(FedAvg / SecAgg+) | SecAgg+ rounds aborted |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "bytes ratio | bytes ratio, inputs sent only by clients still there (Bell et al.'s order) | FedAvg virtual ms / round | SecAgg+ virtual ms / round | time ratio | updates merged "
+             "(FedAvg / SecAgg+) | SecAgg+ rounds aborted | seeds |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in sorted({k[1] for k in cells}):
         for drop in ("0", "10", "30"):
             plain, secure = cells.get(("plain", n, drop), {}), cells.get(("secagg", n, drop), {})
@@ -73,12 +86,15 @@ def table(sweep: Path) -> str:
                 continue
             get = lambda side, key: [side[s][key] for s in seeds]  # noqa: E731
             ratio = lambda key: [secure[s][key] / plain[s][key] for s in seeds if plain[s][key]]  # noqa: E731
+            base = cells.get(("plain", n, "0"), {})  # every client's plain fp32 upload: the input's size at 32 bits
+            bell = [(secure[s]["bytes"] - secure[s]["unsent"] * base[s]["input_bytes"] * secure[s]["field_bits"] / 32)
+                    / plain[s]["bytes"] for s in seeds if s in base]
             lines.append(
                 f"| {n} | {drop}% | {_ms(get(plain, 'bytes'), 1e-6, 3)} | {_ms(get(secure, 'bytes'), 1e-6, 3)} | "
-                f"{_ms(get(secure, 'protocol'), 1e-6, 3)} | {_ms(ratio('bytes'), 1, 3)} | "
-                f"{_ms(get(plain, 'time'), 1, 3)} | {_ms(get(secure, 'time'), 1, 3)} | {_ms(ratio('time'), 1, 3)} | "
+                f"{_ms(get(secure, 'protocol'), 1e-6, 3)} | {_ms(ratio('bytes'), 1, 3)} | {_ms(bell, 1, 3)} | "
+                f"{_ms(get(plain, 'time'), 1e3, 2)} | {_ms(get(secure, 'time'), 1e3, 2)} | {_ms(ratio('time'), 1, 3)} | "
                 f"{statistics.mean(get(plain, 'merged')):.1f} / {statistics.mean(get(secure, 'merged')):.1f} | "
-                f"{int(sum(get(secure, 'aborted')))} of {2 * len(seeds)} |")
+                f"{int(sum(get(secure, 'aborted')))} of {int(sum(get(secure, 'rounds')))} | {len(seeds)} |")
     head = [f"Made by `nice -n 19 fedcore sweep plugins/fedcore-secagg/repro/secagg_overhead_sweep.toml --jobs 1 --out "
             f"{sweep}` then `python {' '.join(shlex.quote(a) for a in sys.argv)}`; mean ± std over the seeds "
             f"(ratios paired by seed).", ""]
