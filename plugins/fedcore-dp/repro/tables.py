@@ -107,7 +107,8 @@ def _curve(points: Sequence[tuple[str, float, float, float]], baseline: float, o
             ax.annotate(label, (e, 100 * acc), textcoords="offset points", xytext=(4, -10), fontsize=7)
     ax.axhline(100 * baseline, color="grey", linestyle="--", label="non-private")
     ax.set_xscale("log")
-    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100) if min(p[1] for p in points) / 2 <= t <= max(p[1] for p in points) * 2]
+    low, high = min(p[1] for p in points) / 2, max(p[1] for p in points) * 2
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100) if low <= t <= high]
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("ε at δ = 1e-3 (RDP, dp-accounting)")

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from fedcore.cli import main
+from fedcore_dp import Event, epsilon
 
 CONFIG = """
 name = "dp-budget"
@@ -16,7 +17,7 @@ model = { name = "tiny-mlp" }
 [pipeline]
 schedule = { name = "uniform", fraction = 0.5 }
 aggregate = { name = "fedavg", weighting = "uniform" }
-plugins = [{ name = "dp-fedavg", noise_multiplier = 1.0, clip = 0.5, target_epsilon = 6.0 }]
+plugins = [{ name = "dp-fedavg", noise_multiplier = 1.0, clip = 0.5, target_epsilon = 7.0 }]
 
 [output]
 save_model = false
@@ -39,10 +40,14 @@ def test_the_run_stops_before_the_budget_and_says_why(spent_run, capsys):
     rows = rows_of(spent_run)
     status = json.loads((spent_run / "status.json").read_text())
     assert status["state"] == "finished" and "privacy budget spent" in status["stopped"]
-    assert 1 < len(rows) < 12                                   # stopped early, after some rounds
+    assert 1 < len(rows) < 12                                   # stopped early, after some rounds (3)
     eps = [r["dp_epsilon"] for r in rows]
-    assert eps == sorted(eps) and eps[-1] <= 6.0                 # never past the target
+    assert eps == sorted(eps) and eps[-1] <= 7.0                 # never past the target
     assert f"after {len(rows)} aggregations" in status["stopped"]
+    # at the budget, not before it: 2 of 4 clients a round (q = 0.5), z = 1; one more aggregation would spend more
+    spent = [Event(q=0.5, z=1.0, count=len(rows))]
+    assert eps[-1] == pytest.approx(epsilon(spent, 1e-5, "rdp"), rel=1e-9)
+    assert epsilon([Event(q=0.5, z=1.0, count=len(rows) + 1)], 1e-5, "rdp") > 7.0
 
 
 def test_a_resume_of_the_spent_run_stays_finished(spent_run, capsys):

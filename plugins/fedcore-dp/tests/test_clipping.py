@@ -108,7 +108,8 @@ class Observe:
         self.box.fedcore_client_done(update)
 
 
-@pytest.mark.parametrize("cohort", [PerJobCohort(), VectorisedCohort(on_cpu="vectorise")], ids=["per-job", "vectorised"])
+@pytest.mark.parametrize("cohort", [PerJobCohort(), VectorisedCohort(on_cpu="vectorise")],
+                         ids=["per-job", "vectorised"])
 def test_every_client_is_clipped_on_the_client_under_every_cohort(cohort):
     box = Received()
     result = run_tiny_pipeline([Observe(box=box), DPFedAvg(noise_multiplier=0.0, clip=0.05), cohort,
@@ -124,3 +125,30 @@ def test_per_job_and_vectorised_cohorts_give_the_same_private_run():
     a, b = (r.model.state_dict() for r in runs)
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
     assert runs[0].history.column("dp_epsilon") == runs[1].history.column("dp_epsilon")
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Changes:
+    """Keeps each received update's change as one float64 vector, per round."""
+
+    seen: list
+
+    @fedcore.hookimpl
+    def fedcore_client_done(self, update):
+        self.seen.append(torch.cat([(update.tensors[k].double() - update.base[k].double()).flatten()
+                                    for k in sorted(update.tensors)]))
+
+
+def test_distributed_noise_each_client_adds_its_own_share_of_the_variance():
+    # z = 2, C = 0.01, m = 3: each client adds N(0, (zC)²/m) per entry, so that the sum of 3 carries N(0, (zC)²);
+    # the clipped change itself is at most C in norm over ~2,200 entries, negligible next to the noise
+    seen = []
+    dp = DPFedAvg(noise="distributed", clients_per_round=3, noise_multiplier=2.0, clip=0.01)
+    result = run_tiny_pipeline([Changes(seen=seen), dp, FedAvg(weighting="uniform")], rounds=1)
+    assert len(seen) == 3
+    expected = 2.0 * 0.01 / math.sqrt(3)
+    for change in seen:
+        assert float(change.std()) == pytest.approx(expected, rel=0.05)
+    corr = torch.corrcoef(torch.stack(seen))
+    assert float((corr - torch.eye(3, dtype=corr.dtype)).abs().max()) < 0.1  # independent draws, not one stream
+    assert result.history.last("agg_dp_noise_multiplier") == pytest.approx(2.0)   # the shares add up to z

@@ -41,5 +41,6 @@ def test_lora_share_trains_only_the_adapters_under_dp_sgd():
 
 
 def test_batchnorm_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^dp-sgd cannot compute per-sample gradients of this model: BatchNorm layer .0. mixes"):
+    with pytest.raises(ConfigError,
+                       match=r"^dp-sgd cannot compute per-sample gradients of this model: BatchNorm layer .0. mixes"):
         run_tiny_pipeline([DPSGDUpdate()], rounds=1, fixture=ContractFixture(model_factory=tiny_bn_model))

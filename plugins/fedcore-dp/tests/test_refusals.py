@@ -40,4 +40,3 @@ def test_settings_are_checked():
         DPFedAvg(clipping="x")
     with pytest.raises(ConfigError, match=r"DPFedAvg.accountant='moments' is not allowed"):
         DPFedAvg(accountant="moments")
-

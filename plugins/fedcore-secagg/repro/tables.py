@@ -40,6 +40,10 @@ def _ms(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
     return f"{mean:,.{digits}f} ± {sd:,.{digits}f}"
 
 
+Cell = dict[int, dict[str, float]]
+"""One cell of the grid: per seed, the numbers of :func:`per_run`."""
+
+
 def per_run(run) -> dict[str, float]:  # type: ignore[no-untyped-def]
     rows = run.rows
     rounds = len(rows)
@@ -63,6 +67,24 @@ def field_bits(run) -> int:  # type: ignore[no-untyped-def]
     return 32
 
 
+def row(n: int, drop: str, seeds: list[int], plain: Cell, secure: Cell, base: Cell) -> str:
+    """One table row: clients ``n`` at dropout ``drop`` %, over ``seeds`` (FedAvg and SecAgg+ paired by seed)."""
+    def get(side: Cell, key: str) -> list[float]:
+        return [side[s][key] for s in seeds]
+
+    def ratio(key: str) -> list[float]:
+        return [secure[s][key] / plain[s][key] for s in seeds if plain[s][key]]
+
+    bell = [(secure[s]["bytes"] - secure[s]["unsent"] * base[s]["input_bytes"] * secure[s]["field_bits"] / 32)
+            / plain[s]["bytes"] for s in seeds if s in base]
+    return (f"| {n} | {drop}% | {_ms(get(plain, 'bytes'), 1e-6, 3)} | {_ms(get(secure, 'bytes'), 1e-6, 3)} | "
+            f"{_ms(get(secure, 'protocol'), 1e-6, 3)} | {_ms(ratio('bytes'), 1, 3)} | {_ms(bell, 1, 3)} | "
+            f"{_ms(get(plain, 'time'), 1e3, 2)} | {_ms(get(secure, 'time'), 1e3, 2)} | "
+            f"{_ms(ratio('time'), 1, 3)} | "
+            f"{statistics.mean(get(plain, 'merged')):.1f} / {statistics.mean(get(secure, 'merged')):.1f} | "
+            f"{int(sum(get(secure, 'aborted')))} of {int(sum(get(secure, 'rounds')))} | {len(seeds)} |")
+
+
 def table(sweep: Path) -> str:
     from fedcore.experiment import sweep_statistics
 
@@ -71,30 +93,20 @@ def table(sweep: Path) -> str:
     for label, runs in stats.runs.items():
         variant = next(p for p in label.split(" ") if p.startswith(("plain", "secagg")))
         kind, drop = variant.split("-")
-        seeds = stats.get(label).values
-        for seed, run in zip(sorted(seeds), runs):
+        for run in runs:
             cells.setdefault((kind, int(run.config["num_clients"]), drop), {})[int(run.config["seed"])] = per_run(run)
     lines = ["| clients | dropout | FedAvg MB / round | SecAgg+ MB / round | of which protocol messages (MB) | "
-             "bytes ratio | bytes ratio, inputs sent only by clients still there (Bell et al.'s order) | FedAvg virtual ms / round | SecAgg+ virtual ms / round | time ratio | updates merged "
+             "bytes ratio | bytes ratio, inputs sent only by clients still there (Bell et al.'s order) | "
+             "FedAvg virtual ms / round | SecAgg+ virtual ms / round | time ratio | updates merged "
              "(FedAvg / SecAgg+) | SecAgg+ rounds aborted | seeds |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in sorted({k[1] for k in cells}):
+        base = cells.get(("plain", n, "0"), {})  # every client's plain fp32 upload: the input's size at 32 bits
         for drop in ("0", "10", "30"):
             plain, secure = cells.get(("plain", n, drop), {}), cells.get(("secagg", n, drop), {})
             seeds = sorted(set(plain) & set(secure))
-            if not seeds:
-                continue
-            get = lambda side, key: [side[s][key] for s in seeds]  # noqa: E731
-            ratio = lambda key: [secure[s][key] / plain[s][key] for s in seeds if plain[s][key]]  # noqa: E731
-            base = cells.get(("plain", n, "0"), {})  # every client's plain fp32 upload: the input's size at 32 bits
-            bell = [(secure[s]["bytes"] - secure[s]["unsent"] * base[s]["input_bytes"] * secure[s]["field_bits"] / 32)
-                    / plain[s]["bytes"] for s in seeds if s in base]
-            lines.append(
-                f"| {n} | {drop}% | {_ms(get(plain, 'bytes'), 1e-6, 3)} | {_ms(get(secure, 'bytes'), 1e-6, 3)} | "
-                f"{_ms(get(secure, 'protocol'), 1e-6, 3)} | {_ms(ratio('bytes'), 1, 3)} | {_ms(bell, 1, 3)} | "
-                f"{_ms(get(plain, 'time'), 1e3, 2)} | {_ms(get(secure, 'time'), 1e3, 2)} | {_ms(ratio('time'), 1, 3)} | "
-                f"{statistics.mean(get(plain, 'merged')):.1f} / {statistics.mean(get(secure, 'merged')):.1f} | "
-                f"{int(sum(get(secure, 'aborted')))} of {int(sum(get(secure, 'rounds')))} | {len(seeds)} |")
+            if seeds:
+                lines.append(row(n, drop, seeds, plain, secure, base))
     head = [f"Made by `nice -n 19 fedcore sweep plugins/fedcore-secagg/repro/secagg_overhead_sweep.toml --jobs 1 --out "
             f"{sweep}` then `python {' '.join(shlex.quote(a) for a in sys.argv)}`; mean ± std over the seeds "
             f"(ratios paired by seed).", ""]

@@ -5,12 +5,20 @@ import torch
 
 import fedcore
 from fedcore import ConfigError
-from fedcore.builtin import AsyncSchedule, BufferedSchedule, FedAvg, FedBuffStep, PerJobCohort, VectorisedCohort, \
-    WholeModel
+from fedcore.builtin import (
+    AsyncSchedule,
+    BufferedSchedule,
+    FedAvg,
+    FedBuffStep,
+    PerJobCohort,
+    VectorisedCohort,
+    WholeModel,
+)
 from fedcore.runtime import SimClock, presets
 from fedcore.testing import run_tiny_pipeline
-from fedcore_secagg import KINDS, SecAggPlus
+from fedcore_secagg import SecAggPlus
 from fedcore_secagg.field import step_size
+
 
 def max_gap(a, b):
     sa, sb = a.model.state_dict(), b.model.state_dict()
@@ -123,4 +131,3 @@ def test_the_upload_is_masked():
     run_tiny_pipeline([Spy(), SecAggPlus(), FedAvg()], rounds=1)
     assert seen and all(v.dtype == torch.int32 for u in seen for v in u.tensors.values())
     assert all("secagg.nonce" in u.meta for u in seen)
-
