@@ -6,7 +6,7 @@ from dp_accounting import pld, rdp
 from opacus.accountants import PRVAccountant, RDPAccountant
 import pytest
 
-from fedcore.builtin import AsyncSchedule, FedAvg, UniformSync
+from fedcore.builtin import AsyncSchedule, BufferedSchedule, FedAvg, FedBuffStep, UniformSync
 from fedcore.testing import run_tiny_pipeline
 from fedcore_dp import DPFedAvg, Event, epsilon
 
@@ -65,6 +65,19 @@ def test_async_schedules_are_charged_for_the_aggregations_they_made():
     result = run_tiny_pipeline([dp, AsyncSchedule(), FedAvg(weighting="uniform")], rounds=4)
     assert [len(c) for c in result.history.column("clients")] == [1, 1, 1, 1]
     assert result.history.last("dp_epsilon") == pytest.approx(library_rdp([Event(q=1 / 3, z=1.2, count=4)], 1e-5),
+                                                               rel=1e-9)
+
+
+def test_fedbuff_is_charged_per_buffer_and_a_client_twice_in_it_doubles_the_sensitivity():
+    # FedBuff merges a buffer of 2 arrivals; without a clock the first client restarts and fills it alone, so each
+    # aggregation holds one distinct client of three (q = 1/3) whose two clipped changes sum to 2C: the server's
+    # noise is z * 2C, and the mechanism it is charged is still z = 1.5 (sensitivity 2C)
+    dp = DPFedAvg(noise_multiplier=1.5, clip=0.5)
+    result = run_tiny_pipeline([dp, BufferedSchedule(buffer_size=2), FedBuffStep()], rounds=3)
+    clients = result.history.column("clients")
+    assert all(len(c) == 2 and len(set(c)) == 1 for c in clients)
+    assert result.history.column("agg_dp_noise_multiplier") == pytest.approx([1.5] * 3)
+    assert result.history.last("dp_epsilon") == pytest.approx(library_rdp([Event(q=1 / 3, z=1.5, count=3)], 1e-5),
                                                                rel=1e-9)
 
 

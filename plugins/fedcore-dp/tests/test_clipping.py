@@ -45,16 +45,22 @@ def _updates(engine):
     return base, keys, out
 
 
-def test_central_release_equals_hand_computation():
+@pytest.mark.parametrize("same_client", [False, True], ids=["two-clients", "one-client-twice"])
+def test_central_release_equals_hand_computation(same_client):
     dp = DPFedAvg(noise_multiplier=0.7, clip=1.0)
     engine = build_engine([dp, FedAvg(weighting="uniform")])
     base, keys, updates = _updates(engine)
+    if same_client:  # one client answered twice in this aggregation (asynchronous restarts): its changes sum to 2C
+        updates = [attrs.evolve(u, client_id=0) for u in updates]
     ctx = round_context(engine)
     out = engine.hooks.fedcore_aggregate(model=engine.run_ctx.server.model, updates=list(updates), ctx=ctx)
-    # by hand: clipped changes 1.0 and 0.1 on one coordinate; noise 0.7 * C(=1) * N(0,1) in name order from the
-    # server's ("dp-noise") stream; the mean over the 2 clients, added to the global model
+    # by hand: clipped changes 1.0 and 0.1 on one coordinate; noise 0.7 * sensitivity * N(0,1) in name order from
+    # the server's ("dp-noise") stream, sensitivity C = 1 (2C when one client sent both); the mean over the 2
+    # updates, added to the global model
     gen = torch_generator(ctx.seed, "round", 0, "client", None, "dp-noise")
-    noise = {k: torch.randn(base[k].shape, generator=gen, dtype=torch.float64) * 0.7 for k in sorted(base)}
+    sensitivity = 2.0 if same_client else 1.0
+    noise = {k: torch.randn(base[k].shape, generator=gen, dtype=torch.float64) * 0.7 * sensitivity
+             for k in sorted(base)}
     for k in keys:
         change = torch.zeros_like(base[k], dtype=torch.float64)
         if k == keys[0]:
@@ -64,7 +70,7 @@ def test_central_release_equals_hand_computation():
             expected = expected.clamp_min(0)
         assert torch.allclose(out.state[k], expected, atol=1e-6), k
     assert out.metrics["dp_noise_multiplier"] == pytest.approx(0.7) and out.metrics["dp_clients"] == 2
-    assert [u.client_id for u in updates] == [0, 1]  # the caller's list is given back as it was
+    assert [u.client_id for u in updates] == ([0, 0] if same_client else [0, 1])  # the caller's list, as it was
 
 
 def test_adaptive_clip_moves_by_the_noised_centred_count():
