@@ -9,10 +9,24 @@ from fedcore.testing import run_tiny_pipeline
 from fedcore_dp import DPFedAvg
 
 
+@attrs.frozen(eq=False, kw_only=True)
+class Krum:
+    """A third-party robust rule: it declares that it needs each client's own update (it never runs here)."""
+
+    needs_individual_updates = True
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model, updates, ctx):
+        raise AssertionError("never reached: the pipeline is refused at build")
+
+
 def test_aggregators_that_need_each_update_are_refused_at_build():
+    with pytest.raises(ConfigError, match=r"^dp-fedavg hands the aggregator one update .* 'Krum' needs each"):
+        fedcore.Pipeline([DPFedAvg(), Krum()])
     pytest.importorskip("fedcore_robust")
-    with pytest.raises(ConfigError, match=r"aggregate = 'median' needs each client's own update"):
-        fedcore.Pipeline.from_config({"aggregate": "median", "plugins": ["dp-fedavg"]})
+    for name in ("median", "trimmed-mean"):
+        with pytest.raises(ConfigError, match=rf"aggregate = '{name}' needs each client's own update"):
+            fedcore.Pipeline.from_config({"aggregate": name, "plugins": ["dp-fedavg"]})
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -94,10 +94,24 @@ def test_with_distributed_dp_the_server_sees_only_the_noised_sum():
         fedcore.Pipeline([SecAggPlus(), dp_fedavg(noise="distributed", clients_per_round=3)])
 
 
+@attrs.frozen(eq=False, kw_only=True)
+class Krum:
+    """A third-party robust rule: it declares that it needs each client's own update (it never runs here)."""
+
+    needs_individual_updates = True
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model, updates, ctx):
+        raise AssertionError("never reached: the pipeline is refused at build")
+
+
 def test_aggregators_that_need_each_update_are_refused():
+    with pytest.raises(ConfigError, match=r"^secagg gives the server only the sum .* aggregate = 'Krum' needs each"):
+        fedcore.Pipeline([SecAggPlus(), Krum()])
     pytest.importorskip("fedcore_robust")
-    with pytest.raises(ConfigError, match=r"secagg gives the server only the sum .* aggregate = 'trimmed-mean'"):
-        fedcore.Pipeline.from_config({"aggregate": "trimmed-mean", "plugins": ["secagg"]})
+    for name in ("trimmed-mean", "median"):
+        with pytest.raises(ConfigError, match=rf"secagg gives the server only the sum .* aggregate = '{name}'"):
+            fedcore.Pipeline.from_config({"aggregate": name, "plugins": ["secagg"]})
     with pytest.raises(ConfigError, match="quant_bits=16 leaves no room"):
         fedcore.Pipeline([SecAggPlus(field_bits=16, quant_bits=16)])
 
