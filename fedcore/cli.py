@@ -206,10 +206,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if outcome.state == "already-finished":
         print(f"{outcome.run_dir}: the run already finished ({len(rows)} rounds); nothing to resume")
+        stopped = outcome.stopped
+        if stopped is not None:
+            print(f"stopped early: {stopped}")
     else:
         key = accuracy_key(rows[-1]) if rows else None
         final = f", final {key} {rows[-1][key]:.4f}" if key else ""
         print(f"finished {len(rows)} rounds{final}")
+        if outcome.stopped is not None:
+            print(f"stopped early: {outcome.stopped}")
     print(f"run directory: {outcome.run_dir}")
     if args.report:
         _report([outcome.run_dir], None, None)

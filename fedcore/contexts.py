@@ -40,6 +40,14 @@ class RunContext:
     stash: Stash = attrs.field(factory=Stash)
     out_dir: Path | None = None
     settings: dict[str, Any] = attrs.field(factory=dict)
+    stop_reason: str | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """End the run early, e.g. a privacy budget spent: the round in progress finishes (its row is recorded),
+        no further round starts, and the run ends ``finished`` with ``reason`` (the run directory's status says
+        ``stopped``). Called again in ``fedcore_round_start`` of a resumed run, it stops before that round runs."""
+        if self.stop_reason is None:
+            self.stop_reason = str(reason)
 
     def rng(self, *purpose: object) -> torch.Generator:
         """A torch generator for a run-level purpose, e.g. ``run.rng("partition")``."""

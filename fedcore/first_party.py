@@ -47,6 +47,9 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-fedgkt": ("fedcore_fedgkt", {"recipe": ("fedgkt",)}),
     "fedcore-cos2p": ("fedcore_cos2p", {"component": ("cos2p-share", "cos2p-update", "cos2p-aggregate", "cos2p-quotas"),
                                         "recipe": ("co-s2p", "co-s2p-async", "co-s2p-sync")}),
+    "fedcore-dp": ("fedcore_dp", {"component": ("dp-fedavg", "dp-sgd"),
+                                  "recipe": ("dp-fedavg", "dp-fedavg-adaptive", "dp-sgd")}),
+    "fedcore-secagg": ("fedcore_secagg", {"component": ("secagg",), "recipe": ("secagg-fedavg", "secagg-dp-fedavg")}),
 }
 """``fedcore-robust`` is left out on purpose: it stands for a third-party plugin, whose names the core cannot know."""
 

@@ -254,12 +254,14 @@ class AggregateResult:
     value). ``per_client`` optionally gives a different download for individual clients (a
     personalised aggregate, e.g. PromptAMP); the engine loads it into that client's share (the
     entries the share downloads) the next time the client is dispatched, whatever the split. ``metrics`` lands in the
-    round's history row.
+    round's history row. ``virtual_seconds`` is the virtual time the aggregation itself takes (the message rounds of
+    a secure-aggregation protocol): the engine advances its clock by it before the next round.
     """
 
     state: TensorDict = attrs.field(repr=False)
     per_client: Mapping[int, TensorDict] = attrs.field(factory=dict, repr=False)
     metrics: Mapping[str, float] = attrs.field(factory=dict)
+    virtual_seconds: float = 0.0
 
 
 @attrs.define(kw_only=True, eq=False)

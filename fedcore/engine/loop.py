@@ -122,10 +122,12 @@ class Engine:
         resumed = self.checkpoint.restore(self) if self.checkpoint is not None else None
         start_wall = time.perf_counter() - (resumed.wall_s if resumed is not None else 0.0)
         try:
-            while run.server.version < run.rounds:
+            while run.server.version < run.rounds and run.stop_reason is None:
                 round_wall = time.perf_counter()
                 ctx = RoundContext(round=run.server.version, seed=run.seed, run=run)
                 self.hooks.fedcore_round_start(ctx=ctx)
+                if run.stop_reason is not None:  # a component ended the run (RunContext.request_stop)
+                    break
                 if self.checkpoint is not None:
                     self.checkpoint.round_started(self)
                 dispatch.dispatch(self, ctx)

@@ -63,7 +63,9 @@ def aggregate(engine: Engine, ctx: RoundContext, arrived: list[ClientUpdate], ev
     fault: dict[str, str] | None = None
     if arrived:
         arrived.sort(key=lambda u: u.client_id)
-        result: AggregateResult = engine.hooks.fedcore_aggregate(model=server.model, updates=arrived, ctx=ctx)
+        # a copy: wrappers may replace the updates their inner aggregator sees (docs/hooks.md, fedcore_aggregate)
+        result: AggregateResult = engine.hooks.fedcore_aggregate(model=server.model, updates=list(arrived), ctx=ctx)
+        engine.now += max(0.0, float(result.virtual_seconds))
         check_fit(server.model, result.state, engine.pipeline)
         problem = numeric_problem(result.state)
         if problem is None:

@@ -92,7 +92,19 @@ def summarize(run: RunRecord, metric: str | None) -> dict[str, Any]:
     out["virtual_time"] = _last(rows, "virtual_time")
     counts = [len(r.get("clients", [])) for r in rows]
     out["clients_per_round"] = sum(counts) / len(counts) if counts else None
+    for key in sorted({k for r in rows for k in r if k.endswith("_epsilon")}):  # privacy spent (fedcore-dp)
+        out[key] = _last(rows, key)
+        out[key[: -len("epsilon")] + "delta"] = _last(rows, key[: -len("epsilon")] + "delta")
+    if run.status.get("stopped"):
+        out["stopped"] = run.status["stopped"]
     return out
+
+
+def _privacy(summary: dict[str, Any]) -> str:
+    """``ε (δ)`` of every ``*_epsilon`` a run recorded, e.g. ``4.73 (δ=1e-05)``; ``-`` when none."""
+    parts = [f"{summary[k]:.3g} (δ={summary.get(k[: -len('epsilon')] + 'delta')})" for k in summary
+             if k.endswith("_epsilon") and isinstance(summary[k], (int, float))]
+    return ", ".join(parts) or "-"
 
 
 def print_table(summaries: Sequence[dict[str, Any]], metric: str | None, console: Any = None) -> None:
@@ -106,7 +118,9 @@ def print_table(summaries: Sequence[dict[str, Any]], metric: str | None, console
     virtual = any(s["virtual_time"] is not None for s in summaries)
     table = Table(title=f"fedcore runs (accuracy = {metric})" if metric else "fedcore runs")
     cols = ["run", "state", "rounds"] + (["final acc", "best acc", "at round"] if metric else [])
+    private = any(k.endswith("_epsilon") for s in summaries for k in s)
     cols += ["clients/round", "MB up", "MB down", "wall time"] + (["virtual time"] if virtual else [])
+    cols += ["ε (δ)"] if private else []
     for c in cols:
         table.add_column(c, justify="left" if c in ("run", "state") else "right", no_wrap=c != "run")
 
@@ -122,6 +136,8 @@ def print_table(summaries: Sequence[dict[str, Any]], metric: str | None, console
                   "-" if s["wall_s"] is None else human_seconds(s["wall_s"])]
         if virtual:
             cells.append("-" if s["virtual_time"] is None else human_seconds(s["virtual_time"]))
+        if private:
+            cells.append(_privacy(s))
         table.add_row(*cells)
     console.print(table)
 

@@ -92,6 +92,8 @@ class Outcome:
     """``finished``, ``failed`` (no round applied a client update) or ``already-finished`` (a resume)."""
     resumed_from: str | None = None
     error: str | None = None
+    stopped: str | None = None
+    """Why a component ended the run before its last round (``RunContext.request_stop``), else ``None``."""
 
 
 def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str | Path | None = None,
@@ -102,7 +104,8 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     if resume is not None:
         rd = RunDir.for_resume(resume, fingerprint=fp, resolved=resolved)
         if rd.status().get("state") == "finished":
-            return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished")
+            return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished",
+                           stopped=rd.status().get("stopped"))
     else:
         rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
                            fingerprint=fp, overwrite=overwrite)
@@ -167,6 +170,8 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     if cfg["output"]["save_model"]:
         rd.save_model(result.model)
     summary: dict[str, Any] = {"rounds_done": len(rows)}
+    if result.run.stop_reason is not None:  # a component ended the run early (RunContext.request_stop)
+        summary["stopped"] = result.run.stop_reason
     key = accuracy_key(rows[-1]) if rows else None
     if key:
         summary["final_" + key] = rows[-1][key]
@@ -175,7 +180,8 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
         rd.write_status("failed", error=failure, **summary)
         return Outcome(run_dir=rd.path, rows=rows, state="failed", resumed_from=resumed_from, error=failure)
     rd.write_status("finished", **summary)
-    return Outcome(run_dir=rd.path, rows=rows, state="finished", resumed_from=resumed_from)
+    return Outcome(run_dir=rd.path, rows=rows, state="finished", resumed_from=resumed_from,
+                   stopped=result.run.stop_reason)
 
 
 __all__ = ["Outcome", "default_out", "is_run_dir", "manifest", "prepare", "run_experiment"]
