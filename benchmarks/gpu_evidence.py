@@ -122,7 +122,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# GPU evidence: {where}", "",
              f"torch {env.get('torch', '?')} (CUDA {env.get('cuda')}), Python {env.get('python', '?')}, "
              f"device `{meta.get('device')}`{' (quick: tiny scale)' if meta.get('quick') else ''}; "
-             f"started {meta.get('started', '?')}, {meta.get('wall_s', '?')} s so far; command: `{meta.get('command')}`",
+             f"started {meta.get('started', '?')}, {meta.get('wall_s', '?')} s so far; "
+             f"command: `{meta.get('command')}`",
              ""]
     if meta.get("device") == "cpu":
         lines += ["**CPU rehearsal**: the figures below are not the targets' device; they show the script works.", ""]
@@ -135,7 +136,8 @@ def markdown(results: dict[str, Any]) -> str:
         if sec.get("rows"):
             lines += [table(sec["rows"]), ""]
         if sec.get("agreement"):
-            lines += ["Per-client agreement of the first round (||delta_vectorised - delta_per-job|| / ||delta_per-job||):",
+            lines += ["Per-client agreement of the first round "
+                      "(||delta_vectorised - delta_per-job|| / ||delta_per-job||):",
                       "", table(sec["agreement"]), ""]
     return "\n".join(lines)
 
@@ -145,7 +147,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 def install_wheels(wheels: Path, tmp: Path) -> tuple[str | None, str | None]:
     """Install the carried wheels into two folders (pfl's apart: its pins must not shadow the device's packages)."""
-    found = []
+    found: list[str | None] = []
     for sub, name in ((wheels, "site"), (wheels / "pfl", "pfl-site")):
         files = sorted(str(p) for p in sub.glob("*.whl"))
         if not files:
@@ -219,7 +221,7 @@ def watch(args: argparse.Namespace) -> int:
             os.environ["PYTHONPATH"] = os.pathsep.join([site] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     paths = source_tree.activate(into=tmp / "source-tree")
     wanted = [s for s in gpu_sections.SECTIONS if (not args.only or s in args.only) and s not in args.skip]
-    results = {"meta": {"device": args.device, "quick": args.quick, "budget_s": args.budget, "t0": t0,
+    results: dict[str, Any] = {"meta": {"device": args.device, "quick": args.quick, "budget_s": args.budget, "t0": t0,
                         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                         "command": " ".join([Path(sys.executable).name, *sys.argv]), "wheels": site,
                         "pfl_site": pfl_site, "source_tree": bool(paths)}, "sections": {}}
@@ -272,7 +274,8 @@ def watch(args: argparse.Namespace) -> int:
     results["meta"]["wall_s"] = round(time.time() - t0, 1)
     save(out, results)
     print("\n" + table([{**t, "met": {True: "yes", False: "NO", None: "-"}[t["met"]]} for t in results["targets"]]))
-    print("\n" + "\n".join(f"{n}: {s.get('status')} ({s.get('seconds', '-')} s)" for n, s in results["sections"].items()))
+    sections = results["sections"].items()
+    print("\n" + "\n".join(f"{n}: {s.get('status')} ({s.get('seconds', '-')} s)" for n, s in sections))
     print(f"\n[gpu-evidence] wrote {out / RESULTS} and {out / REPORT} in {results['meta']['wall_s']} s")
     bad = [n for n, s in results["sections"].items() if s.get("status") not in ("ok", "skipped")]
     return 1 if bad else 0

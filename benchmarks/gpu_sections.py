@@ -97,7 +97,8 @@ def environment(setup: Setup) -> dict[str, Any]:
                             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     if setup.cuda:
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", multiprocessors=props.multi_processor_count,
+        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
+                    multiprocessors=props.multi_processor_count,
                     memory_gib=round(props.total_memory / 2**30, 1), cudnn=torch.backends.cudnn.version(),
                     tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
         a = torch.randn(4096, 4096, device=setup.device, dtype=torch.bfloat16)
@@ -134,8 +135,10 @@ def pytest_gpu(setup: Setup, timeout: float = 240) -> dict[str, Any]:
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         text, code = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        text, code = f"{exc.stdout or ''}{exc.stderr or ''}\n[timed out after {timeout:.0f} s]", -1
+    except subprocess.TimeoutExpired as exc:  # its output is bytes even with text=True
+        got = "".join(b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+                      for b in (exc.stdout, exc.stderr))
+        text, code = f"{got}\n[timed out after {timeout:.0f} s]", -1
     (setup.out / "pytest-gpu.txt").write_text(" ".join(cmd) + "\n\n" + text)
     summary = next((line.strip("= ") for line in reversed(text.splitlines()) if " in " in line and "=" in line),
                    text.strip().splitlines()[-1] if text.strip() else "")
@@ -176,7 +179,7 @@ def example(setup: Setup) -> dict[str, Any]:
     from fedcore.experiment import prepare, run_experiment
 
     sets = ["rounds=3"] if setup.quick else []
-    rows = []
+    rows: list[dict[str, Any]] = []
     for device in dict.fromkeys([setup.device, "cpu"]):  # the CPU run is the reference for the device's
         start = time.perf_counter()
         m = prepare(ROOT / "examples" / "fedavg_dirichlet.toml", [*sets, f'device="{device}"'])
@@ -206,7 +209,8 @@ def recipes(setup: Setup) -> dict[str, Any]:
             rows.append({"recipe": recipe, "precision": precision, "status": cell["status"],
                          "detail": cell["detail"], "seconds": cell["seconds"], "peak_mib": cell.get("peak_mib"),
                          **cell.get("metrics", {})})
-            print(f"  {recipe:14s} {precision}: {cell['status']} {cell['detail']} {cell.get('metrics', '')}", flush=True)
+            print(f"  {recipe:14s} {precision}: {cell['status']} {cell['detail']} {cell.get('metrics', '')}",
+                  flush=True)
     broken = [r for r in rows if r["status"] == "broken"]
     return {"status": "failed" if broken else "ok", "rows": rows,
             "counts": {s: sum(r["status"] == s for r in rows) for s in ("works", "refused", "broken")}}
@@ -345,9 +349,9 @@ def cifar_model(dropout: bool = True) -> Any:
     from pfl_cifar10 import simple_cnn
 
     torch.manual_seed(0)
-    model = simple_cnn()
+    model: Any = simple_cnn()
     if not dropout:
-        for i, layer in enumerate(model):
+        for i, layer in enumerate(list(model)):
             if isinstance(layer, torch.nn.Dropout):
                 model[i] = torch.nn.Identity()
     return model
@@ -528,7 +532,8 @@ def paper_smoke(setup: Setup) -> dict[str, Any]:
             rows.append({"config": path.name, "ok": False, "problem": one_line(exc)})
             continue
         est = max(out.estimated_memory.values()) if out.estimated_memory else None
-        rows.append({"config": path.name, "ok": out.ok, "problem": out.problem or "", "params_M": round(out.params / 1e6, 1),
+        rows.append({"config": path.name, "ok": out.ok, "problem": out.problem or "",
+                     "params_M": round(out.params / 1e6, 1),
                      "precision": out.precision, "batch": out.batch, "build_s": round(out.build_s, 2),
                      "wave_s": ", ".join(f"{s:.3f}" for s in out.wave_s), "round_s": round(out.run_s, 2),
                      "peak_MiB": round(out.peak_memory / 2**20, 1) if out.peak_memory else None,

@@ -119,7 +119,7 @@ def test_a_dropout_site_draws_what_a_lone_dropout_call_draws_from_the_same_strea
 
 
 def test_a_checkout_that_pip_never_installed_finds_every_first_party_plugin(tmp_path):
-    """``python -S`` sees no site-packages (no editable install, no dist-info): the source tree's own metadata is all."""
+    """``python -S`` sees no site-packages (no editable install, no dist-info): the source tree's metadata is all."""
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import source_tree; source_tree.activate(force=True, "
             f"into=__import__('pathlib').Path({str(tmp_path)!r}));"
             "from importlib import metadata; eps = metadata.entry_points(group='fedcore');"
