@@ -95,7 +95,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": None if not pfl else pfl >= 5})
     for r in _rows_at(results, "frozen_cohorts", "clients"):
         out.append({"target": f"{r['method']}: vectorised >= 10x one-by-one", "clients": r["clients"],
-                    "measured": f"{r['ratio']}x", "met": r["ratio"] >= 10})
+                    "measured": f"{r['ratio']}x (min of pairs; median {r.get('ratio median')}x)",
+                    "met": r["ratio"] >= 10})
     rec = results["sections"].get("recipes", {})
     if "counts" in rec:
         c = rec["counts"]
