@@ -129,3 +129,40 @@ def test_a_checkout_that_pip_never_installed_finds_every_first_party_plugin(tmp_
     expected = {p.parent.name.removeprefix("fedcore-") for p in ROOT.glob("*/fedcore-*/pyproject.toml")}
     assert found["builtin"] == "fedcore"
     assert {found[name] for name in found if name != "builtin"} == {f"fedcore-{n}" for n in expected}
+
+
+# -- device mixing, shown on the meta device ----------------------------------------------------------------------
+# An op that mixes a CPU tensor (not a 0-d scalar) with a tensor on another device fails the same way for a meta
+# tensor as for a CUDA one ("Tensor on device cpu is not on the expected device ..."), and meta ops compute shapes
+# only: a forward or an aggregation step on meta tensors is the CPU's stand-in for the same step on a GPU.
+
+
+def test_a_pruned_vit_takes_masks_kept_on_the_cpu_while_its_weights_are_elsewhere():
+    from fedcore_pruning import BlockMasks, PrunableViT, ViTShape
+
+    shape = ViTShape(embed_dim=16, depth=2, num_heads=2, mlp_hidden=32)
+    model = PrunableViT(shape).to("meta")
+    logits = torch.zeros(shape.num_heads, requires_grad=True)  # Co-S2P's mask logits stay on the CPU
+    masks = [BlockMasks(heads=torch.sigmoid(logits), hidden=torch.ones(shape.mlp_hidden)) for _ in range(2)]
+    out = model.forward_all(torch.zeros(3, 3, 16, 16, device="meta"), masks)
+    assert out[-1].device.type == "meta" and out[-1].shape == (3, shape.num_classes)
+
+
+def test_co_s2p_segment_magnitudes_take_cpu_segment_ids_for_tensors_elsewhere():
+    from fedcore_cos2p.aggregate import gamma, segment_ids
+    from fedcore_pruning import ViTShape
+
+    vit = ViTShape(embed_dim=16, depth=2, num_heads=2, mlp_hidden=32)
+    segments, n = segment_ids("blocks.0.attn.qkv.weight", (48, 16), vit)
+    delta = torch.zeros(48, 16, device="meta")
+    out = gamma(delta, delta, torch.ones(48, 16, dtype=torch.bool, device="meta"), segments, n)
+    assert out.device.type == "meta" and out.shape == (48, 16)
+
+
+def test_clip_labels_come_on_the_device_they_are_asked_for():
+    from fedcore_clip.features import gather_labels
+
+    train, _ = tiny_data(n=20)
+    labels = gather_labels(train, [3, 1, 4], device="meta")
+    assert labels.device.type == "meta" and labels.shape == (3,)
+    assert torch.equal(gather_labels(train, [3, 1, 4]), train.y[[3, 1, 4]])
