@@ -155,8 +155,14 @@ def install_wheels(wheels: Path, tmp: Path) -> tuple[str | None, str | None]:
             found.append(None)
             continue
         target = tmp / name
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--no-cache-dir", "--upgrade", "--target", str(target), *files], check=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                               "--no-cache-dir", "--upgrade", "--target", str(target), *files],
+                              capture_output=True, text=True)
+        if done.returncode != 0:  # said, and the run goes on: the sections that need them will fail and say why
+            print(f"[gpu-evidence] installing {sub}/*.whl failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}",
+                  flush=True)
+            found.append(None)
+            continue
         found.append(str(target))
     return found[0], found[1]
 
