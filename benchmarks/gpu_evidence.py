@@ -1,7 +1,7 @@
 """GPU evidence (issue 23): one prepared run that puts fedcore on an accelerator and writes what it measured.
 
     # on a lent GPU (no network; torch, timm and peft are there): wheels from scripts/gpu-wheels carried as .whl
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_evidence.py --device cuda --out $OUT --wheels .whl
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_evidence.py --device cuda --out $OUT --wheels .whl --budget 450
     # the CPU rehearsal (every section at tiny scale)
     python benchmarks/gpu_evidence.py --device cpu --quick --out /tmp/gpu-evidence
 
@@ -293,7 +293,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu for the rehearsal")
     ap.add_argument("--out", required=True, help="folder for results.json, results.md, log.txt, pytest-gpu.txt")
     ap.add_argument("--quick", action="store_true", help="every section at tiny scale (the CPU rehearsal)")
-    ap.add_argument("--budget", type=float, default=420, help="seconds for the whole run; later sections are skipped")
+    ap.add_argument("--budget", type=float, default=450, help="seconds for the whole run; later sections are skipped")
     ap.add_argument("--grace", type=float, default=30, help="seconds past the budget before the worker is stopped")
     ap.add_argument("--wheels", help="folder of carried wheels (scripts/gpu-wheels): installed into a temp folder")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the timed sides (fedcore and pfl)")
