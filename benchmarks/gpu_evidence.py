@@ -58,6 +58,22 @@ def save(out: Path, results: dict[str, Any]) -> None:
         os.replace(tmp, out / name)
 
 
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """The worker's current section for the watcher, written whole then renamed: the watcher polls the file twice a
+    second and must never read it half written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    """The worker's current section, or None (no section running, or a file not readable as a whole)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         value = f"{value:.4g}"
@@ -184,7 +200,7 @@ def worker(args: argparse.Namespace) -> None:
             save(out, results)
             print(f"[gpu-evidence] {name}: skipped ({left:.0f} s left, needs ~{need:.0f} s)", flush=True)
             continue
-        state.write_text(json.dumps({"section": name, "start": time.time(), "expected": need}))
+        write_state(state, {"section": name, "start": time.time(), "expected": need})
         print(f"[gpu-evidence] {name}: start ({left:.0f} s of the budget left)", flush=True)
         start = time.perf_counter()
         try:
@@ -246,21 +262,26 @@ def watch(args: argparse.Namespace) -> int:
             pump = threading.Thread(target=_pump, args=(child.stdout, log), daemon=True)
             pump.start()
             killed = None
-            while child.poll() is None:
-                time.sleep(0.5)
-                now = time.time()
-                current = json.loads(state.read_text()) if state.exists() else None
-                if current and now - current["start"] > max(3 * current["expected"], 60):
-                    killed = f"timed out: over {max(3 * current['expected'], 60):.0f} s (3x its expected time)"
-                elif now > deadline + args.grace:
-                    killed = f"timed out: the budget (--budget {args.budget:.0f} s) ran out"
-                if killed:
+            try:
+                while child.poll() is None:
+                    time.sleep(0.5)
+                    now = time.time()
+                    current = read_state(state)
+                    if current and now - current["start"] > max(3 * current["expected"], 60):
+                        killed = f"timed out: over {max(3 * current['expected'], 60):.0f} s (3x its expected time)"
+                    elif now > deadline + args.grace:
+                        killed = f"timed out: the budget (--budget {args.budget:.0f} s) ran out"
+                    if killed:
+                        os.killpg(child.pid, 9)
+                        child.wait()
+            finally:
+                if child.poll() is None:  # the watcher itself failed: the worker (its own session) must not outlive it
                     os.killpg(child.pid, 9)
                     child.wait()
             pump.join(timeout=5)
             results = load(out)
             remaining = [s for s in remaining if s not in results["sections"]]
-            current = json.loads(state.read_text()) if state.exists() else None
+            current = read_state(state)
             state.unlink(missing_ok=True)
             if not remaining:
                 break

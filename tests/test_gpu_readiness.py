@@ -168,3 +168,24 @@ def test_clip_labels_come_on_the_device_they_are_asked_for():
     labels = gather_labels(train, [3, 1, 4], device="meta")
     assert labels.device.type == "meta" and labels.shape == (3,)
     assert torch.equal(gather_labels(train, [3, 1, 4]), train.y[[3, 1, 4]])
+
+
+# -- the watcher of benchmarks/gpu_evidence.py ---------------------------------------------------------------------
+
+
+def test_the_gpu_evidence_watcher_reads_the_workers_state_only_whole(tmp_path):
+    """The watcher polls the worker's state file twice a second; the CPU rehearsal once caught it mid-write (an empty
+    file) and the watcher died of a JSONDecodeError, leaving the worker running: a half-written file reads as None."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_evidence
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    state = tmp_path / "state.json"
+    assert gpu_evidence.read_state(state) is None  # no section running
+    for partial in ("", '{"section": "res'):
+        state.write_text(partial)
+        assert gpu_evidence.read_state(state) is None
+    gpu_evidence.write_state(state, {"section": "resume", "start": 1.5, "expected": 30})
+    assert gpu_evidence.read_state(state) == {"section": "resume", "start": 1.5, "expected": 30}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # written beside, then renamed over
