@@ -88,7 +88,8 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     anchor = [p.detach().clone() for p in params] if mu is not None else None
     half_mu = 0.5 * float(mu) if mu is not None else 0.0
     scaler = active_placement().grad_scaler()  # fp16 only (the run's ``precision``)
-    loss_sum, seen, step = 0.0, 0, 0
+    losses: list[tuple[torch.Tensor, int]] = []  # read back once at the end: no GPU sync per step
+    step = 0
     for _ in range(epochs):
         for x, y in batches(data.dataset, data.indices, batch_size, generator=generator):
             if lr_at is not None:
@@ -111,9 +112,13 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
                     nn.utils.clip_grad_norm_(params, clip_norm)
                 scaler.step(opt)
                 scaler.update()
-            loss_sum += float(value.detach()) * len(y)
-            seen += len(y)
+            losses.append((value.detach(), len(y)))
             step += 1
+    loss_sum, seen = 0.0, 0
+    if losses:  # summed in step order, as a running sum of float(value) * len(y) would be
+        for value_f, n in zip(torch.stack([v for v, _ in losses]).tolist(), (n for _, n in losses)):
+            loss_sum += float(value_f) * n
+            seen += n
     return loss_sum / max(seen, 1)
 
 

@@ -6,9 +6,11 @@ nothing); a client that has run out of batches sits the step out. A model whose 
 samples of a batch (BatchNorm in training mode) cannot be padded without changing its statistics, so
 there the clients of a step are grouped by batch size instead and each group runs unpadded.
 
-Dropout draws its masks from each client's own generator, in the order and shapes the lone client's
-``nn.Dropout`` calls would have drawn them from torch's global RNG (on the CPU the values are the same
-bits); the masks enter the batched forward as buffers of a stand-in module.
+Dropout draws its masks from each client's own stream of the default generator of the device it trains on, in the
+order and shapes the lone client's ``nn.Dropout`` calls would have drawn them, by the same kernel (``F.dropout`` of
+ones): on the CPU the values are the same bits; on CUDA the masks are drawn on the GPU (no host work per step) from
+the stream a lone client's ``torch.manual_seed`` starts. The masks enter the batched forward as buffers of a
+stand-in module.
 """
 from __future__ import annotations
 
@@ -42,20 +44,18 @@ class GivenMask(nn.Module):
 
 @attrs.frozen(kw_only=True)
 class DropoutSite:
-    """One ``nn.Dropout`` call of a forward: the buffer name of its mask, its ``p`` and the per-sample shape."""
+    """One ``nn.Dropout`` call of a forward: the buffer name of its mask, its ``p``, the per-sample shape and the
+    dtype of its input (under autocast, the autocast dtype after a linear layer)."""
 
     mask: str
     p: float
     shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
 
-    def draw(self, n: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-        """The scaled keep-mask ``F.dropout`` draws for ``n`` samples (same ops, same generator consumption)."""
-        if self.p == 0.0:
-            return torch.ones((n, *self.shape), dtype=dtype)
-        if self.p == 1.0:
-            return torch.zeros((n, *self.shape), dtype=dtype)
-        noise = torch.empty((n, *self.shape), dtype=dtype).bernoulli_(1 - self.p, generator=generator)
-        return noise.div_(1 - self.p)
+    def draw(self, ones: torch.Tensor) -> torch.Tensor:
+        """The scaled keep-mask a lone ``F.dropout`` call on ``ones.shape`` draws from the default generator of
+        ``ones.device`` (the same kernel on ones of the same shape: the same draws, the same generator consumption)."""
+        return nn.functional.dropout(ones, self.p, training=True)
 
 
 def replace_dropout(template: nn.Module, sample: torch.Tensor) -> list[DropoutSite]:
@@ -67,9 +67,10 @@ def replace_dropout(template: nn.Module, sample: torch.Tensor) -> list[DropoutSi
     found = {name: m for name, m in template.named_modules() if type(m) is nn.Dropout and float(m.p) > 0}
     if not found:
         return []
-    calls: list[tuple[str, tuple[int, ...]]] = []
-    handles = [m.register_forward_pre_hook(lambda _m, args, name=name: calls.append((name, tuple(args[0].shape[1:]))))
-               for name, m in found.items()]
+    calls: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+    handles = [m.register_forward_pre_hook(
+        lambda _m, args, name=name: calls.append((name, tuple(args[0].shape[1:]), args[0].dtype)))
+        for name, m in found.items()]
     was_training = template.training
     try:
         template.eval()
@@ -79,16 +80,16 @@ def replace_dropout(template: nn.Module, sample: torch.Tensor) -> list[DropoutSi
         for h in handles:
             h.remove()
         template.train(was_training)
-    names = [name for name, _ in calls]
+    names = [name for name, _, _ in calls]
     if len(set(names)) != len(names):
         raise ValueError(f"a dropout module is called more than once per forward ({names})")
     sites = []
-    for name, shape in calls:
+    for name, shape, dtype in calls:
         parent, _, leaf = name.rpartition(".")
         owner = template.get_submodule(parent) if parent else template
         p = float(found[name].p)  # type: ignore[arg-type]
         setattr(owner, leaf, GivenMask(p))
-        sites.append(DropoutSite(mask=f"{name}.mask", p=p, shape=shape))
+        sites.append(DropoutSite(mask=f"{name}.mask", p=p, shape=shape, dtype=dtype))
     return sites
 
 
@@ -115,7 +116,13 @@ class StackedRun:
     pad: bool = True
     dropout: Sequence[DropoutSite] = ()
     generators: Sequence[torch.Generator | None] = ()
+    """Each client's CPU generator (torch's global one as it stood after the client's data selection)."""
+    device_seeds: Sequence[int] = ()
+    """On CUDA, each client's seed of the GPU's default generator (``ctx.seed_for("torch")``: a lone client's
+    ``torch.manual_seed`` gives it this stream); without them the masks are drawn on the CPU and copied over."""
     book: Callable[[int, int], None] = lambda client, n: None
+    _device_states: dict[int, torch.Tensor] = attrs.field(factory=dict, init=False)
+    _ones: dict[tuple[Any, ...], torch.Tensor] = attrs.field(factory=dict, init=False)
 
     def fit(self) -> list[float]:
         """Train every client on all its batches; returns each client's mean loss (as ``train_epochs`` does).
@@ -166,8 +173,7 @@ class StackedRun:
         if any(n != width for n in sizes):
             weights = torch.stack([(torch.arange(width) < n).to(xs.dtype if xs.is_floating_point() else torch.float32)
                                    / n for n in sizes]).to(device)
-        masks = {site.mask: torch.stack([_pad(site.draw(n, self._generator(i), _float_dtype(self.train)), width)
-                                         for i, n in zip(group, sizes)]).to(device) for site in self.dropout}
+        masks = self._masks(group, sizes, width, device)
         train = _take(self.train, rows)
         buffers = _take(self.buffers, rows)
         args: list[Any] = [train, _take(self.frozen, rows), buffers, masks, xs, ys, weights,
@@ -182,10 +188,48 @@ class StackedRun:
         self.optimizer.step(self.train, grads, rows, k)
         return values.detach()
 
-    def _generator(self, i: int) -> torch.Generator:
-        gen = self.generators[i]
-        assert gen is not None, "dropout needs each client's generator"
-        return gen
+    def _masks(self, group: list[int], sizes: list[int], width: int, device: torch.device) -> Stacked:
+        """Every client's dropout masks of step ``k``, each drawn from its own stream of the default generator of the
+        device a lone client would draw on (set in, drawn, saved back), padded to ``width`` and stacked."""
+        if not self.dropout:
+            return {}
+        cuda = device.type == "cuda" and len(self.device_seeds) > 0
+        where = device if cuda else torch.device("cpu")
+        drawn: dict[str, list[torch.Tensor]] = {site.mask: [] for site in self.dropout}
+        with torch.random.fork_rng(devices=[device] if cuda else [], device_type=device.type if cuda else "cuda"):
+            for i, n in zip(group, sizes):
+                self._enter(i, where)
+                for site in self.dropout:
+                    dtype = site.dtype if cuda else _float_dtype(self.train)
+                    key = (site.mask, n, dtype)
+                    ones = self._ones.get(key)
+                    if ones is None:
+                        ones = self._ones[key] = torch.ones((n, *site.shape), dtype=dtype, device=where)
+                    drawn[site.mask].append(_pad(site.draw(ones), width))
+                self._leave(i, where)
+        return {name: torch.stack(masks).to(device) for name, masks in drawn.items()}
+
+    def _enter(self, i: int, where: torch.device) -> None:
+        """Make client ``i``'s stream the default generator of ``where`` (inside a fork of it)."""
+        if where.type == "cpu":
+            gen = self.generators[i]
+            assert gen is not None, "dropout needs each client's generator"
+            torch.set_rng_state(gen.get_state())
+            return
+        state = self._device_states.get(i)
+        if state is None:  # a fresh stream, as torch.manual_seed(seed) leaves the GPU's generator
+            seeded = torch.Generator(device=where)
+            seeded.manual_seed(int(self.device_seeds[i]))
+            state = seeded.get_state()
+        torch.cuda.set_rng_state(state, where)
+
+    def _leave(self, i: int, where: torch.device) -> None:
+        if where.type == "cpu":
+            gen = self.generators[i]
+            assert gen is not None
+            gen.set_state(torch.get_rng_state())
+        else:
+            self._device_states[i] = torch.cuda.get_rng_state(where)
 
     def _loss(self, train: Stacked, frozen: Stacked, buffers: Stacked, masks: Stacked, x: torch.Tensor,
               y: torch.Tensor, weights: torch.Tensor | None, anchor: Stacked | None, shared: Stacked

@@ -28,6 +28,7 @@ from fedcore.builtin.stacked_optim import StackedOptimizer
 from fedcore.builtin.stacked_training import StackedRun, replace_dropout
 from fedcore.data.arrays import batches
 from fedcore.runtime.meter import book_samples, uncounted
+from fedcore.runtime.placement import active_placement
 from fedcore.settings import setting
 from fedcore.training import TrainPlan
 from fedcore.types import ClientFailed, ClientUpdate, Share
@@ -62,6 +63,11 @@ def _name(component: Any) -> str:
 def batch_coupled(module: nn.Module) -> bool:
     """Whether a layer mixes the samples of a batch in training (BatchNorm): then padding would change it."""
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+FP16_ONE_BY_ONE = ("precision='fp16' scales each client's loss on its own (torch.amp.GradScaler skips the steps that "
+                   "overflow), which the batched computation does not do")
+"""Why fp16 runs one by one (bf16 and fp32 are vectorised)."""
 
 
 def architecture(module: nn.Module) -> tuple[Any, ...]:
@@ -159,6 +165,9 @@ class VectorisedCohort:
         planner, reason = self._planner(jobs[0])
         if planner is None:
             self._say(f"vectorised cohort: {reason}; training one by one", logging.WARNING)
+            return per_job.fedcore_train_cohort(jobs=jobs, ctx=ctx)
+        if active_placement().precision == "fp16":
+            self._say(f"vectorised cohort: {FP16_ONE_BY_ONE}; training one by one", logging.INFO)
             return per_job.fedcore_train_cohort(jobs=jobs, ctx=ctx)
         out: dict[int, Outcome] = {}
         groups: dict[tuple[Any, ...], list[int]] = {}
@@ -342,7 +351,8 @@ class VectorisedCohort:
                          optimizer=StackedOptimizer(name=update.optimizer, lr=update.lr, momentum=update.momentum,
                                                     weight_decay=update.weight_decay),
                          mu=update.mu, clip_norm=update.clip_norm, pad=not batch_coupled(template), dropout=sites,
-                         generators=generators, book=lambda i, n: book_samples(modules[i], n))
+                         generators=generators, device_seeds=[job.ctx.seed_for("torch") for job in jobs],
+                         book=lambda i, n: book_samples(modules[i], n))
         with uncounted():
             losses = run.fit()
         results: list[Outcome] = []

@@ -70,7 +70,7 @@ class Engine:
         self.profiles = spec.client_profiles()
         self.on_round = spec.on_round
         self.checkpoint = spec.checkpoint  # a fedcore.engine.checkpoint.Checkpointer: saves rounds, resumes a run
-        self.placement = spec.placement()  # model and data go to the device once, here
+        self.placement = spec.placement(pipeline.components)  # model and data go to the device once, here
         model, train, test = spec.model, spec.train, spec.test
         if not self.placement.is_default:
             model = self.placement.place_model(model)

@@ -1,7 +1,7 @@
 """One run's inputs as one record: what :meth:`fedcore.Pipeline.run` and ``fedcore run`` hand the engine."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -48,13 +48,14 @@ class RunSpec:
         if len(self.train) < self.num_clients:
             raise ConfigError(f"num_clients={self.num_clients} is more than the {len(self.train)} training samples")
 
-    def placement(self) -> Placement:
-        """The checked device and precision (``device=None``: the device the model's parameters are on)."""
+    def placement(self, components: Iterable[Any] = ()) -> Placement:
+        """The checked device and precision (``device=None``: the device the model's parameters are on) for a
+        pipeline of ``components``."""
         device = self.device
         if device is None:
             first = next(iter(self.model.parameters()), None) if hasattr(self.model, "parameters") else None
             device = first.device if first is not None else "cpu"
-        return Placement.resolve(device=device, precision=self.precision)
+        return Placement.resolve(device=device, precision=self.precision, components=components)
 
     def client_profiles(self) -> list[str | None] | None:
         """One profile name per client (a seeded rule is applied here), or ``None``."""

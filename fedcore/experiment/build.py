@@ -238,7 +238,8 @@ def plan(given: Mapping[str, Any]) -> Plan:
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
     if "head_seed" in m_settings and "head_seed" not in given_model:
         m_settings["head_seed"] = cfg["seed"]  # a fresh head is part of the run's seeded start, like the split
-    Placement.resolve(device=cfg["device"], precision=cfg["precision"])  # a device this machine lacks: one line
+    Placement.resolve(device=cfg["device"], precision=cfg["precision"],  # a device this machine lacks: one line
+                      components=pipeline.components)
     ex_name, ex_settings = split_spec(cfg["executor"])
     ex_class = load_executor_class(ex_name)
     ex_settings = check_settings(ex_class, ex_settings, f"executor {ex_name}")

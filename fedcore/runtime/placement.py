@@ -14,7 +14,7 @@ forward/backward arithmetic inside client training.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 import contextlib
 import contextvars
 from typing import Any
@@ -79,11 +79,16 @@ class Placement:
     precision: str = "fp32"
 
     @classmethod
-    def resolve(cls, *, device: str | torch.device = "cpu", precision: str = "fp32") -> Placement:
-        """Check both settings on this machine (one ConfigError naming the bad one)."""
-        where = resolve_device(device)
+    def resolve(cls, *, device: str | torch.device = "cpu", precision: str = "fp32",
+                components: Iterable[Any] = ()) -> Placement:
+        """Check both settings on this machine and for the pipeline's ``components`` (one ConfigError naming the
+        bad one): ``fp16`` is refused for a component that trains without loss scaling (see :func:`fp16_refusal`)."""
         if precision not in PRECISIONS:
             raise ConfigError(f"precision={precision!r} is not allowed; choose one of: {', '.join(PRECISIONS)}")
+        refusal = fp16_refusal(components) if precision == "fp16" else None
+        if refusal is not None:
+            raise ConfigError(refusal)
+        where = resolve_device(device)
         if precision == "fp16" and where.type == "cpu":
             raise ConfigError("precision='fp16' needs a CUDA or MPS device: the CPU has no fast float16 and no loss "
                               "scaling; use precision='bf16' (autocast on the CPU) or 'fp32'")
@@ -134,6 +139,24 @@ class Placement:
                             columns=getattr(dataset, "columns", None))
 
 
+def fp16_refusal(components: Iterable[Any]) -> str | None:
+    """Why ``precision = "fp16"`` cannot train with these components, or ``None``.
+
+    float16 gradients underflow to zero and overflow to inf without loss scaling; :func:`fedcore.training.train_epochs`
+    scales (``torch.amp.GradScaler``), but a component with its own training loop that does not says so with the
+    class attribute ``loss_scaling = False``, and fp16 is then refused in one line (bf16 needs no scaling).
+    """
+    for component in components:
+        if getattr(type(component), "loss_scaling", True) is False:
+            from fedcore import plugins
+
+            entry = plugins.registry().find(component)
+            name = entry.name if entry is not None else type(component).__name__
+            return (f"precision='fp16': {name!r} trains without loss scaling (float16 gradients under- and overflow "
+                    f"without it); use precision='bf16' (no scaling needed) or 'fp32'")
+    return None
+
+
 _ACTIVE: contextvars.ContextVar[Placement | None] = contextvars.ContextVar("fedcore_placement", default=None)
 
 
@@ -154,4 +177,5 @@ def active_placement() -> Placement:
     return _ACTIVE.get() or Placement()
 
 
-__all__ = ["DEVICES", "PRECISIONS", "Placement", "active_placement", "resolve_device", "training_precision"]
+__all__ = ["DEVICES", "PRECISIONS", "Placement", "active_placement", "fp16_refusal", "resolve_device",
+           "training_precision"]

@@ -93,9 +93,9 @@ class CaFPT:
         else:
             model = require_prompted(share.module, "CaFPT")
             feats = cached_features(state.stash, model.backbone, dataset, pool)
-            out = pvi_scores(model, feats, labels, epochs=self.pvi_epochs, lr=self.lr, batch_size=self.batch_size,
-                             generator=ctx.rng("cafpt-pvi"), null_mode=self.null_mode)
-            scores = out["pvi"].numpy()
+            out = pvi_scores(model, feats, labels.to(feats.device), epochs=self.pvi_epochs, lr=self.lr,
+                             batch_size=self.batch_size, generator=ctx.rng("cafpt-pvi"), null_mode=self.null_mode)
+            scores = out["pvi"].cpu().numpy()
             record = {k: v.tolist() for k, v in out.items()}
         if self.granularity == "per_class":
             chosen = top_per_class(scores, y, self.shots)

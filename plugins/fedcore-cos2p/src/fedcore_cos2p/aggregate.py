@@ -51,7 +51,7 @@ def gamma(delta: torch.Tensor, drift: torch.Tensor, mask: torch.Tensor, segments
           ) -> torch.Tensor:
     """Eq. 4 per element: its segment's ‖Δ‖₁ / (‖drift‖₁ + size) over the trained elements (0 where none)."""
     m = mask.to(delta.dtype).flatten()
-    seg = segments.flatten()
+    seg = segments.flatten().to(delta.device)  # index_add_ takes its index on the tensor's device (a GPU run's)
     num = delta.new_zeros(n).index_add_(0, seg, delta.abs().flatten() * m)
     den = delta.new_zeros(n).index_add_(0, seg, drift.abs().flatten() * m + m)
     per = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))

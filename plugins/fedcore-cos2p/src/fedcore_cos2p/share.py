@@ -54,9 +54,10 @@ def _budgets(value: Mapping[str, Any]) -> dict[str, float]:
 
 
 def weight_scores(state: Mapping[str, torch.Tensor], shape: ViTShape, blocks: int) -> dict[str, torch.Tensor]:
-    """L1 norm of each segment's weights (ties of the mask probabilities are broken by it, spec §7.7)."""
+    """L1 norm of each segment's weights (ties of the mask probabilities are broken by it, spec §7.7), on the CPU
+    beside the mask logits whatever device the weights are on."""
     def per(name: str) -> torch.Tensor:
-        return torch.stack([state[f"blocks.{b}.{name}"].abs().sum(1) for b in range(blocks)]).float()
+        return torch.stack([state[f"blocks.{b}.{name}"].abs().sum(1) for b in range(blocks)]).float().cpu()
 
     heads = per("attn.qkv.weight").reshape(blocks, 3, shape.num_heads, shape.head_dim).sum((1, 3))
     return {"heads": heads, "hidden": per("mlp.fc1.weight"), "attn_out": per("attn.proj.weight"),

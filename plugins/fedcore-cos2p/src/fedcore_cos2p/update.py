@@ -52,6 +52,9 @@ def _global(module: PrunableViT, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
 class Cos2pUpdate:
     """Mask learning (Eq. 2, weights frozen) when the share asks for it, then self-distilled weight training."""
 
+    loss_scaling: ClassVar[bool] = False
+    """The mask and self-distillation loops have no loss scaling: precision = "fp16" is refused."""
+
     optimizer: ClassVar[str] = "adan"  # the clock's memory model counts its four state tensors per weight
     lr: float = setting(2e-3, low=0.0, low_open=True, help="η: Adan learning rate of the weight phase")
     epochs: int = setting(2, low=1, help="E: local epochs of the weight phase")

@@ -6,7 +6,7 @@ the paper's (App. 0.A.2).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -21,6 +21,9 @@ from fedcore_split import plan_split_job, remember, train_split
 @attrs.frozen(eq=False, kw_only=True)
 class FedVTrain:
     """Local-update slot of FedV/FedVZ: Adam on the client's head and tail, the head by backprop, SPSA or frozen."""
+
+    loss_scaling: ClassVar[bool] = False
+    """fedcore_split.train_split has no loss scaling: precision = "fp16" is refused."""
 
     local_epochs: int = setting(5, low=1, help="local epochs per round (Sec. 4.3)")
     batch_size: int = setting(128, low=1, help="Sec. 4.1")

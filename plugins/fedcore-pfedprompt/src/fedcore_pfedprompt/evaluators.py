@@ -33,7 +33,7 @@ def client_memory(model: PromptedCLIP, state: ClientState, run: Any, client_id: 
     key = (support, buffer, model.backbone.fingerprint())
     if key not in store:
         keys = cached_features(state.stash, model.backbone, run.train, support)
-        labels = torch.as_tensor(labels_of(run.train)[list(support)], dtype=torch.long)
+        labels = torch.as_tensor(labels_of(run.train)[list(support)], dtype=torch.long, device=keys.device)
         store.clear()
         store[key] = build_memory(keys, labels, model.prompt.num_classes, buffer)
     return store[key]
@@ -82,7 +82,7 @@ class PFedPromptEval(PromptEval):
             return out
         model = require_prompted(model, type(self).__name__)  # the parent has checked it: this narrows the type
         feats = cached_features(run.stash, model.backbone, dataset, range(len(dataset)), tag="test")
-        labels = torch.as_tensor(labels_of(dataset), dtype=torch.long)
+        labels = torch.as_tensor(labels_of(dataset), dtype=torch.long, device=feats.device)
         grid = [float(a) for a in self.alpha_grid]
         per_alpha: dict[float, list[float]] = {a: [] for a in grid}
         val: dict[float, list[float]] = {a: [] for a in grid}
@@ -160,7 +160,7 @@ class PromptFLFineTune(PromptEval):
         support = support_indices(run, state, client.id)
         own = model.working_copy()
         keys = cached_features(state.stash, model.backbone, run.train, support)
-        labels = torch.as_tensor(labels_of(run.train)[list(support)], dtype=torch.long)
+        labels = torch.as_tensor(labels_of(run.train)[list(support)], dtype=torch.long, device=keys.device)
         with torch.enable_grad():
             train_prompt(own, keys, labels, epochs=self.extra_epochs, lr=self.lr, batch_size=self.batch_size,
                          momentum=self.momentum, weight_decay=self.weight_decay,

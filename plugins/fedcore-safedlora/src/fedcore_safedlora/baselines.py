@@ -108,7 +108,7 @@ def personal_evaluate(model: nn.Module, dataset: Any, clients: Sequence[Any], st
                 logits = net(x)
                 loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
                 preds.append(logits.argmax(-1))
-        pred = torch.cat(preds).numpy()
+        pred = torch.cat(preds).cpu().numpy()
         losses.append(loss_sum / len(dataset))
         correct = pred == test_labels
         accs.append(float(correct.mean()))

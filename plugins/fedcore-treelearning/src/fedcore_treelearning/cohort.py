@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -67,6 +67,9 @@ class _Client:
 @attrs.frozen(eq=False, kw_only=True)
 class TreeCohort:
     """Cohort slot: tree training of the round's clients (pipelined TL, synchronous tree, or SL round-robin)."""
+
+    loss_scaling: ClassVar[bool] = False
+    """The pipelined client and server steps have no loss scaling: precision = "fp16" is refused."""
 
     schedule: str = setting("pipelined", choices=SCHEDULES)
     lr: float = setting(0.01, low=0.0, low_open=True, help="client learning rate (SGD)")

@@ -26,6 +26,7 @@ import fedcore
 from fedcore import ClientFailed, ClientUpdate
 from fedcore.builtin import PerJobCohort, StackedOptimizer
 from fedcore.data import ArrayDataset, batches
+from fedcore.runtime.placement import active_placement
 from fedcore.settings import setting
 from fedcore_clip.features import FEATURES, SUPPORT, cached_features, encode_all, gather_labels
 from fedcore_clip.learner import PromptedCLIP
@@ -101,6 +102,9 @@ def _unsupported(update: Any) -> str | None:
         return f"the local update {type(update).__name__} is not PromptUpdate's CoOp loop"
     if not update.cache_features:
         return "cache_features = false (augmented images are encoded per step)"
+    if active_placement().precision == "fp16":
+        return ("precision='fp16' scales each client's loss on its own (torch.amp.GradScaler), which one batched "
+                "step does not")
     return None
 
 
@@ -139,6 +143,7 @@ def _prepare(index: int, job: Any, indices: tuple[int, ...], update: PromptUpdat
         raise fedcore.ConfigError(f"client {job.client.id} has label {int(labels.max())} but the prompt has only "
                                   f"{model.prompt.num_classes} class names")
     feats = cached_features(job.state.stash, model.backbone, job.dataset, indices)
+    labels = labels.to(feats.device)  # the logits' device (a GPU run's)
     n = len(labels)
     positions = ArrayDataset(torch.arange(n), labels)
     gen = job.ctx.rng("shuffle")
@@ -166,6 +171,7 @@ def _fit(clients: list[_Client], update: PromptUpdate) -> list[float]:
     opt = StackedOptimizer(name="sgd", lr=update.lr, momentum=update.momentum, weight_decay=update.weight_decay)
     scale = template.backbone.logit_scale()
     sums, seen = [0.0] * len(clients), [0] * len(clients)
+    pending: list[tuple[int, int, torch.Tensor]] = []  # read back once at the end: no GPU sync per step
     for k in range(max(len(c.stream) for c in clients)):
         active = [i for i, c in enumerate(clients) if k < len(c.stream)]
         leaves = {n: v[active].clone().requires_grad_(True) for n, v in stacked.items()}
@@ -193,9 +199,10 @@ def _fit(clients: list[_Client], update: PromptUpdate) -> list[float]:
             opt.lr = lr
             rows = torch.tensor([active[j] for j in members])
             opt.step(stacked, {n: g[members] for n, g in grads.items() if g is not None}, rows, k)
-        for j, i in enumerate(active):
-            n_b = len(clients[i].stream[k][1])
-            sums[i] += float(values[j].detach()) * n_b
+        pending += [(i, len(clients[i].stream[k][1]), values[j].detach()) for j, i in enumerate(active)]
+    if pending:  # the sums run in each client's step order, as before
+        for (i, n_b, _), value in zip(pending, torch.stack([v for _, _, v in pending]).tolist()):
+            sums[i] += float(value) * n_b
             seen[i] += n_b
     with torch.no_grad():
         for i, c in enumerate(clients):

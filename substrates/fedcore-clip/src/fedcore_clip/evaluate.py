@@ -73,7 +73,7 @@ class PromptEval:
         run = ctx.run
         all_idx = range(len(dataset))
         feats = cached_features(run.stash, model.backbone, dataset, all_idx, tag="test")
-        labels = gather_labels(dataset, all_idx)
+        labels = gather_labels(dataset, all_idx, device=feats.device)
         with torch.no_grad():
             text = model.text_features()
             logits = model.logits_from_features(feats, text)

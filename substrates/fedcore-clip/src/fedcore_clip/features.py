@@ -25,9 +25,11 @@ def gather_images(dataset: Any, indices: Sequence[int]) -> torch.Tensor:
     return gather(dataset, [int(i) for i in indices])[0]
 
 
-def gather_labels(dataset: Any, indices: Sequence[int]) -> torch.Tensor:
+def gather_labels(dataset: Any, indices: Sequence[int], device: torch.device | str | None = None) -> torch.Tensor:
+    """The labels of ``dataset[indices]`` on ``device`` (default the CPU): give the device of the features or logits
+    they meet, which on a GPU run is not the CPU."""
     labels = labels_of(dataset)
-    return torch.as_tensor(labels[[int(i) for i in indices]], dtype=torch.long)
+    return torch.as_tensor(labels[[int(i) for i in indices]], dtype=torch.long, device=device)
 
 
 def encode_all(backbone: FrozenCLIP, dataset: Any, indices: Sequence[int], batch_size: int = 256) -> torch.Tensor:

@@ -64,7 +64,7 @@ class PromptUpdate:
     def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: ClientState, ctx: Any
                              ) -> ClientUpdate:
         model = require_prompted(share.module, type(self).__name__)
-        labels = gather_labels(data.dataset, data.indices)
+        labels = gather_labels(data.dataset, data.indices, device=next(model.parameters()).device)
         if len(labels) and int(labels.max()) >= model.prompt.num_classes:
             raise ConfigError(f"client {client.id} has label {int(labels.max())} but the prompt has only "
                               f"{model.prompt.num_classes} class names")

@@ -7,7 +7,7 @@ features, edge logits, labels. The edge weights and the edge optimizer stay in `
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -46,6 +46,9 @@ def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.
 @attrs.frozen(eq=False, kw_only=True)
 class EdgeKDTrain:
     """Local-update slot: CE + soft KD toward the server's logits, then the feature/logit/label uplink."""
+
+    loss_scaling: ClassVar[bool] = False
+    """The CE + KD loop has no loss scaling: precision = "fp16" is refused."""
 
     epochs: int = setting(1, low=1, help="E_c: local epochs per round")
     batch_size: int = setting(64, low=1)

@@ -9,7 +9,7 @@ SGD, Adam or ``timm.optim.Adan`` (Co-S2P's), fresh every round like the core's `
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -51,6 +51,9 @@ def submodel_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.
 @attrs.frozen(eq=False, kw_only=True)
 class SubmodelTrain:
     """Local update slot: minibatch training of the extracted submodel's trainable window (SGD, Adam or Adan)."""
+
+    loss_scaling: ClassVar[bool] = False
+    """The submodel loop has no loss scaling: precision = "fp16" is refused."""
 
     lr: float = setting(0.002, low=0.0, low_open=True, help="learning rate")
     epochs: int = setting(1, low=1, help="local epochs")

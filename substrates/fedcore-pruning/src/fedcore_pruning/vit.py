@@ -40,6 +40,12 @@ class BlockMasks:
     def requires_grad(self) -> bool:
         return any(t.requires_grad for t in self.parts().values())
 
+    def to(self, device: torch.device) -> BlockMasks:
+        """The masks on ``device`` (differentiably: gradients reach logits kept on the CPU, as Co-S2P keeps them)."""
+        if all(t.device == device for t in self.parts().values()):
+            return self
+        return BlockMasks(**{name: t.to(device) for name, t in self.parts().items()})
+
 
 def _padding_index(kept: tuple[int, ...], size: int) -> torch.Tensor | None:
     return None if len(kept) == size else torch.tensor(kept, dtype=torch.long)
@@ -131,7 +137,7 @@ class PrunableBlock(nn.Module):
                                   f"{sizes[name]} {name}, so the mask must have shape ({sizes[name]},)")
 
     def forward(self, x: torch.Tensor, masks: BlockMasks | None = None) -> torch.Tensor:
-        m = masks or BlockMasks()
+        m = (masks or BlockMasks()).to(x.device)  # masks live where their logits do; the weights maybe on a GPU
         x = x + self.attn(self.norm1(x), m.heads, m.attn_out)
         return x + self.mlp(self.norm2(x), m.hidden, m.mlp_out)
 

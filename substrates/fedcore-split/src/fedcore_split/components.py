@@ -145,6 +145,9 @@ class SplitShare:
 class SplitTrain:
     """Local-update slot: trains the client's split segments against the share's server endpoint."""
 
+    loss_scaling: ClassVar[bool] = False
+    """The split loop (client backward from the server's gradient) has no loss scaling: fp16 is refused."""
+
     epochs: int = setting(1, low=1, help="local epochs per round")
     batch_size: int = setting(32, low=1)
     lr: float = setting(1e-3, low=0.0, low_open=True, help="client learning rate")
