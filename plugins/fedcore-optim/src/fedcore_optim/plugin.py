@@ -1,4 +1,4 @@
-"""Entry point ``optim`` (group ``fedcore``): registers the server optimisers and their recipes. Imports classes only."""
+"""Entry point ``optim`` (group ``fedcore``): registers the server optimisers and their recipes (classes only)."""
 from typing import Any
 
 import fedcore

@@ -34,7 +34,7 @@ CENTRE = StashKey[Any]("robust.centred-clipping")
 
 def centred_clip(rows: torch.Tensor, start: torch.Tensor, tau: float, iterations: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(v_L, c)``: the clipped centre after ``iterations`` steps and the last step's per-row weights ``min(1, τ/d)``."""
+    """``(v_L, c)``: the clipped centre after ``iterations`` steps and the last step's row weights ``min(1, τ/d)``."""
     v = start.clone()
     weights = torch.ones(rows.shape[0], dtype=torch.float64)
     for _ in range(iterations):

@@ -2,7 +2,8 @@
 
 For n changes of which up to f are Byzantine (``n > 2f + 2``), client i's score is the sum of its squared distances
 to its ``n − f − 2`` nearest other changes; Krum takes the change with the lowest score, Multi-Krum the plain mean of
-the ``m`` lowest-scoring ones (``m = n − f`` by default; ``m = 1`` is Krum). Ties go to the lower client id. The rules run on the clients' changes (:mod:`fedcore_robust.changes`), unweighted.
+the ``m`` lowest-scoring ones (``m = n − f`` by default; ``m = 1`` is Krum). Ties go to the lower client id.
+The rules run on the clients' changes (:mod:`fedcore_robust.changes`), unweighted.
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ class Krum(_KrumChecks):
 
 @attrs.frozen(eq=False, kw_only=True)
 class MultiKrum(Krum):
-    """Multi-Krum (Blanchard et al., 2017): the mean of the ``m`` changes with the lowest Krum scores (default n − f)."""
+    """Multi-Krum (Blanchard et al., 2017): the mean of the ``m`` lowest-scoring changes (default n − f)."""
 
     NAME: ClassVar[str] = "multi-krum"
 

@@ -1,4 +1,4 @@
-"""Entry point ``robust`` (group ``fedcore``): registers the components and recipes. Imports classes only, does no work."""
+"""Entry point ``robust`` (group ``fedcore``): registers the components and recipes. Imports classes, does no work."""
 from typing import Any
 
 import fedcore
