@@ -1,4 +1,7 @@
-"""q-FedAvg against a hand computation of the paper's equations, its q = 0 limit, and the client's loss report."""
+"""q-FedAvg against a hand computation of the paper's equations, its q = 0 limit, and the client's loss report.
+
+The contract checks of ``qffl`` and ``qffl-loss`` run in fedcore's own suite (tests/test_registered_contracts.py).
+"""
 import math
 
 import attrs
@@ -10,7 +13,7 @@ import fedcore
 from fedcore.builtin import AsyncSchedule, FedAvg
 from fedcore.data import batches
 from fedcore.errors import ConfigError
-from fedcore.testing import parametrize_with_checks, run_tiny_pipeline, tiny_model
+from fedcore.testing import run_tiny_pipeline, tiny_model
 from fedcore.types import ClientUpdate
 from fedcore_fair import LOSS, QFedAvg, QFFLLoss
 
@@ -97,7 +100,3 @@ def test_runs_under_fedasync():
     result = run_tiny_pipeline([QFedAvg(q=1.0), QFFLLoss(), AsyncSchedule(concurrency=2)], rounds=3)
     assert all(math.isfinite(r["test_accuracy"]) for r in result.history.rows)
 
-
-@parametrize_with_checks([QFFLLoss()])
-def test_contract(component, check):
-    check(component)
