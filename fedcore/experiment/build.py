@@ -269,6 +269,19 @@ def model_spec(name: str, settings: Mapping[str, Any], lora: LoRAConfig | None) 
     return spec
 
 
+def table_kwargs(cfg: Mapping[str, Any], train: Any, test: Any, num_clients: int | None = None) -> dict[str, Any]:
+    """Keyword arguments for :meth:`fedcore.Pipeline.run` from the config's extension tables (clock, profiles, ...)."""
+    out: dict[str, Any] = {}
+    context = {"seed": cfg["seed"], "num_clients": num_clients or cfg["num_clients"], "train": train, "test": test}
+    for name, ext in tables().items():
+        if name in cfg and ext.build is not None:
+            try:
+                out.update(ext.build(cfg[name], context))
+            except (TypeError, ValueError, FedcoreError) as exc:
+                raise ConfigError(f"{name}: {str(exc).splitlines()[0]}") from None
+    return out
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class Materials:
     """What :meth:`fedcore.Pipeline.run` is called with."""
@@ -292,9 +305,8 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def materialize(p: Plan) -> Materials:
-    """Load the dataset, build the model and the executor. Errors (a missing file, a bad value) are one line."""
-    cfg = p.config
+def load_data(p: Plan) -> tuple[Any, Any]:
+    """``(train, test)`` from the config's dataset factory; a missing file or a bad value is one line."""
     try:
         loaded = p.dataset.obj(**p.dataset_settings)
     except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
@@ -304,9 +316,14 @@ def materialize(p: Plan) -> Materials:
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"dataset {p.dataset.name}: {reason}") from None
-    train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
+    return loaded if isinstance(loaded, tuple) else (loaded, None)
+
+
+def model_settings_for(p: Plan, train: Any) -> dict[str, Any]:
+    """The model factory's settings: the config's, with ``num_classes`` and ``classnames`` from the training set
+    unless the config gives them."""
     model_settings = dict(p.model_settings)
-    given = {k: v for k, v in split_spec(cfg["model"])[1].items() if k != "lora"}
+    given = {k: v for k, v in split_spec(p.config["model"])[1].items() if k != "lora"}
     takes = factory_defaults(p.model.obj)[0]
     if "num_classes" in takes and "num_classes" not in given:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
@@ -314,17 +331,31 @@ def materialize(p: Plan) -> Materials:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
     if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
         model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
-    if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
-        torch.set_num_threads(cfg["threads"])
-    seed_everything(cfg["seed"])
+    return model_settings
+
+
+def build_model(p: Plan, settings: Mapping[str, Any]) -> torch.nn.Module:
+    """The model from its factory, seeded with the run's seed; a bad setting is one line."""
+    seed_everything(p.config["seed"])
     try:
-        model = p.model.obj(**model_settings)
-    except ImportError as exc:
+        model = p.model.obj(**settings)
+    except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
         raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
-    if p.lora is not None:
+    if p.lora is not None:  # [model.lora] travels with the model to the component that injects it
         attach_lora(model, p.lora)
+    return model
+
+
+def materialize(p: Plan) -> Materials:
+    """Load the dataset, build the model and the executor. Errors (a missing file, a bad value) are one line."""
+    cfg = p.config
+    train, test = load_data(p)
+    model_settings = model_settings_for(p, train)
+    if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
+        torch.set_num_threads(cfg["threads"])
+    model = build_model(p, model_settings)
     p.resolved["model"] = model_spec(p.model.name, model_settings, p.lora)
     try:  # a dataset that makes model inputs per batch (hf images) takes the model's input config now
         train, test = (d.for_model(model) if hasattr(d, "for_model") else d for d in (train, test))
@@ -337,13 +368,7 @@ def materialize(p: Plan) -> Materials:
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
                                       eval_every=cfg["eval_every"], device=cfg["device"],
                                       precision=cfg["precision"])
-    context = {"seed": cfg["seed"], "num_clients": cfg["num_clients"], "train": train, "test": test}
-    for name, ext in tables().items():
-        if name in cfg and ext.build is not None:
-            try:
-                run_kwargs.update(ext.build(cfg[name], context))
-            except (TypeError, ValueError, FedcoreError) as exc:
-                raise ConfigError(f"{name}: {str(exc).splitlines()[0]}") from None
+    run_kwargs.update(table_kwargs(cfg, train, test))
     if len(train) < cfg["num_clients"]:
         raise ConfigError(f"num_clients = {cfg['num_clients']} is more than the {len(train)} training samples of "
                           f"dataset {p.dataset.name}")
