@@ -22,7 +22,7 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
                                       "recipe": ("fedv", "fedvz")}),
     "fedcore-safedlora": ("fedcore_safedlora", {
         "component": ("sa-fedlora-plan", "sa-fedlora-share", "sa-fedlora-sgd", "full-share", "bitfit-share",
-                      "fedper-share", "local-share", "from-scratch", "safedlora-sgd", "personal-sgd", "personal-eval"),
+                      "local-share", "from-scratch", "safedlora-sgd", "personal-sgd"),
         "recipe": ("sa-fedlora", "fedlora", "fedfft", "fedavg-scratch", "fedbit", "fedper", "local"),
         "model": ("safedlora.micro-vit-pretrained",), "dataset": ("safedlora.digits-target",)}),
     "fedcore-promptfl": ("fedcore_promptfl", {"component": ("promptfl", "classifier-eval"),
@@ -45,6 +45,12 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
         "model": ("kd.edge", "kd.fedavg-cnn", "kd.fedavg-vit", "kd.fedgkt", "kd.fedvkd")}),
     "fedcore-fedvkd": ("fedcore_fedvkd", {"recipe": ("fedavg-cnn", "fedavg-edge", "fedavg-vit", "fedvkd")}),
     "fedcore-fedgkt": ("fedcore_fedgkt", {"recipe": ("fedgkt",)}),
+    "fedcore-optim": ("fedcore_optim", {"component": ("fedavgm", "fedadam", "fedyogi", "fedadagrad"),
+                                        "recipe": ("fedavgm", "fedadam", "fedyogi", "fedadagrad")}),
+    "fedcore-personal": ("fedcore_personal", {
+        "component": ("fedper-share", "fedbn-share", "keep-personal", "fedrep-sgd", "ditto-sgd", "personal-eval"),
+        "recipe": ("fedper-head", "fedrep", "fedbn", "ditto")}),
+    "fedcore-fair": ("fedcore_fair", {"component": ("qffl", "qffl-loss"), "recipe": ("qffl",)}),
     "fedcore-cos2p": ("fedcore_cos2p", {"component": ("cos2p-share", "cos2p-update", "cos2p-aggregate", "cos2p-quotas"),
                                         "recipe": ("co-s2p", "co-s2p-async", "co-s2p-sync")}),
     "fedcore-dp": ("fedcore_dp", {"component": ("dp-fedavg", "dp-sgd"),

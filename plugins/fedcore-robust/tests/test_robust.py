@@ -97,6 +97,8 @@ def test_found_by_name_when_installed():
     info = {p.name: p for p in fedcore.list_plugins()}
     if "robust" not in info:
         pytest.skip("fedcore-robust is not installed in this environment (run `bash scripts/dev env`)")
-    assert info["robust"].ok and set(info["robust"].components) == {"median", "trimmed-mean"}
+    assert info["robust"].ok and set(info["robust"].components) == {
+        "median", "trimmed-mean", "krum", "multi-krum", "bulyan", "centred-clipping", "byzantine", "label-flip-sgd",
+        "recipe:krum", "recipe:multi-krum", "recipe:bulyan", "recipe:centred-clipping"}
     pipe = fedcore.Pipeline.from_config({"aggregate": {"name": "trimmed-mean", "beta": 0.2}})
     assert isinstance(pipe.provider("aggregate"), TrimmedMean) and pipe.provider("aggregate").beta == 0.2

@@ -8,11 +8,9 @@ from fedcore_lora import StalenessMean
 from fedcore_safedlora import (
     BitFitShare,
     EpochsUpdate,
-    FedPerShare,
     FromScratch,
     FullShare,
     LocalShare,
-    PersonalEval,
     PersonalUpdate,
     SAFedLoRAPlan,
     StageShare,
@@ -39,8 +37,7 @@ FAST = dict(t2_rounds=4, r_a=2, r_b=2, t_a=1, t_b=2)
 
 @parametrize_with_checks(
     [SAFedLoRAPlan(**FAST), StageShare(), StageUpdate(e1_local_epochs=1, e2_local_epochs=1), FullShare(),
-     FromScratch(), BitFitShare(), EpochsUpdate(epochs=1), FedPerShare(), LocalShare(), PersonalUpdate(epochs=1),
-     PersonalEval()],
+     FromScratch(), BitFitShare(), EpochsUpdate(epochs=1), LocalShare(), PersonalUpdate(epochs=1)],
     fixture=VIT)
 def test_contract(component, check):
     check(component)

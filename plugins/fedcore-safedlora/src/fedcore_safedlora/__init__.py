@@ -1,11 +1,10 @@
 """SA-FedLoRA for fedcore (Yang et al., arXiv:2405.09394), its ablations and the paper's baselines, as recipes."""
+from fedcore_personal import FedPerShare, PersonalEval  # moved to fedcore-personal; re-exported for 0.2 code
 from fedcore_safedlora.baselines import (
     BitFitShare,
-    FedPerShare,
     FromScratch,
     FullShare,
     LocalShare,
-    PersonalEval,
     PersonalUpdate,
     reinitialise,
 )

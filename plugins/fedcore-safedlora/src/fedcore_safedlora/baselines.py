@@ -4,29 +4,26 @@ combine them with the same local trainer as SA-FedLoRA.
 * ``full-share``     (FedFFT) full fine-tuning, every entry sent down, parameters up.
 * ``from-scratch``   observer: a seeded re-initialisation of every weight before round 0 (FedAvg, FedPer).
 * ``bitfit-share``   (FedBit) only biases (+ head) are trained and sent.
-* ``fedper-share``   (FedPer) personal layers (the head by default) stay on the client and never cross the
-                     network; ``personal-sgd`` keeps them in ``ClientState.tensors``.
 * ``local-share``    (Local) each client trains its own model alone; nothing crosses the network.
+* ``personal-sgd``   the shared trainer, then the share's personal entries are kept in ``ClientState.tensors``.
 
-FedPer and Local evaluate each client's personal model (``personal-eval``, :class:`PersonalEval`).
+FedPer's split (``fedper-share``) and the evaluation of each client's personal model (``personal-eval``) are
+fedcore-personal's components: the ``fedper`` and ``local`` recipes name them.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
-import numpy as np
 import torch
 from torch import nn
 
 import fedcore
-from fedcore.data import batches, labels_of
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_lora import matching_keys, subset_share
+from fedcore_personal import keep_personal, personal_copy
 from fedcore_safedlora.training import Trainer
 
 
@@ -79,63 +76,6 @@ class BitFitShare:
         return subset_share(model, client.id, ctx, keys)
 
 
-def _personal_copy(model: nn.Module, state: Any) -> nn.Module:
-    module = copy.deepcopy(model)
-    if state is not None and state.tensors:
-        module.load_state_dict(state.tensors, strict=False)
-    return module
-
-
-def personal_evaluate(model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any], ctx: Any,
-                      batch_size: int = 512) -> dict[str, float]:
-    """Each client's personal model (global model + its ``ClientState.tensors``) on the server's test set.
-
-    ``test_accuracy`` is the mean over clients on the whole test set; ``test_accuracy_local`` weights each
-    class by the client's own training label distribution (its expected accuracy on its own data).
-    """
-    if dataset is None:
-        return {}
-    test_labels = labels_of(dataset)
-    classes = np.unique(test_labels)
-    train_labels = labels_of(ctx.run.train) if ctx.run is not None else None
-    accs, locals_, losses = [], [], []
-    for client in clients:
-        net = _personal_copy(model, states.get(client.id))
-        preds, loss_sum = [], 0.0
-        net.eval()
-        with torch.no_grad():
-            for x, y in batches(dataset, range(len(dataset)), batch_size, shuffle=False):
-                logits = net(x)
-                loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
-                preds.append(logits.argmax(-1))
-        pred = torch.cat(preds).cpu().numpy()
-        losses.append(loss_sum / len(dataset))
-        correct = pred == test_labels
-        accs.append(float(correct.mean()))
-        if train_labels is not None:
-            own = train_labels[list(ctx.run.partition.train[client.id])]
-            share = np.array([(own == c).mean() for c in classes])
-            per_class = np.array([correct[test_labels == c].mean() for c in classes])
-            locals_.append(float((share * per_class).sum()))
-    out = {"test_accuracy": float(np.mean(accs)), "test_loss": float(np.mean(losses)),
-           "test_accuracy_min": float(np.min(accs))}
-    if locals_:
-        out["test_accuracy_local"] = float(np.mean(locals_))
-    return out
-
-
-@attrs.frozen(eq=False, kw_only=True)
-class PersonalEval:
-    """Evaluate every client's personal model (see :func:`personal_evaluate`) instead of the global model."""
-
-    batch_size: int = setting(512, low=1)
-
-    @fedcore.hookimpl
-    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Sequence[Any], states: Mapping[int, Any],
-                         ctx: Any) -> dict[str, float]:
-        return personal_evaluate(model, dataset, clients, states, ctx, self.batch_size)
-
-
 class _PersonalChecks:
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
@@ -145,36 +85,13 @@ class _PersonalChecks:
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class FedPerShare(_PersonalChecks):
-    """FedPer: base layers are shared; personal layers (``personal``, the head) stay on each client.
-
-    The share names the personal entries in ``meta["personal"]``; :class:`PersonalUpdate` keeps them.
-    """
-
-    personal: str = setting(r"^head\.", help="regex of the personal entries kept in ClientState.tensors")
-
-    @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
-                            ctx: fedcore.RoundContext) -> Share:
-        personal = set(matching_keys(model, self.personal, setting="FedPerShare.personal"))
-        if not personal:
-            raise fedcore.ConfigError(f"FedPerShare.personal={self.personal!r} matches no entry of this "
-                                      f"{type(model).__name__}")
-        shared = [n for n, _ in model.named_parameters() if n not in personal]
-        share = subset_share(_personal_copy(model, state), client.id, ctx,
-                             shared + [n for n, _ in model.named_parameters() if n in personal],
-                             download=[k for k in model.state_dict() if k not in personal])
-        return attrs.evolve(share, upload=tuple(shared), meta={"personal": tuple(sorted(personal))})
-
-
-@attrs.frozen(eq=False, kw_only=True)
 class LocalShare(_PersonalChecks):
     """Local training only: each client trains its own whole model; nothing crosses the network."""
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
                             ctx: fedcore.RoundContext) -> Share:
-        share = subset_share(_personal_copy(model, state), client.id, ctx, [n for n, _ in model.named_parameters()],
+        share = subset_share(personal_copy(model, state), client.id, ctx, [n for n, _ in model.named_parameters()],
                              download=[])
         return attrs.evolve(share, upload=(), meta={"personal": tuple(share.module.state_dict())})
 
@@ -183,12 +100,13 @@ class LocalShare(_PersonalChecks):
 class PersonalUpdate(Trainer):
     """Train ``epochs`` epochs, then keep the share's personal entries (``meta["personal"]``) on the client."""
 
+    keeps_personal: ClassVar[bool] = True  # fedcore-personal's splits look for a component that keeps them
+
     epochs: int = setting(2, low=1, help="local epochs per round")
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
                              ctx: fedcore.RoundContext) -> ClientUpdate:
         update = self.train(client, share, data, ctx, epochs=self.epochs)
-        own = share.module.state_dict()
-        state.tensors.update({k: own[k].detach().clone() for k in share.meta.get("personal", ())})
+        keep_personal(share, state)
         return update

@@ -3,11 +3,9 @@ import fedcore
 from fedcore_safedlora import models
 from fedcore_safedlora.baselines import (
     BitFitShare,
-    FedPerShare,
     FromScratch,
     FullShare,
     LocalShare,
-    PersonalEval,
     PersonalUpdate,
 )
 from fedcore_safedlora.plan import SAFedLoRAPlan
@@ -24,12 +22,10 @@ def fedcore_register_components(registry):
     registry.add("sa-fedlora-sgd", StageUpdate)
     registry.add("full-share", FullShare)
     registry.add("bitfit-share", BitFitShare)
-    registry.add("fedper-share", FedPerShare)
     registry.add("local-share", LocalShare)
     registry.add("from-scratch", FromScratch)
     registry.add("safedlora-sgd", EpochsUpdate)
     registry.add("personal-sgd", PersonalUpdate)
-    registry.add("personal-eval", PersonalEval)
     for name, recipe in RECIPES.items():
         registry.add_recipe(name, recipe)
     registry.add_model("safedlora.micro-vit-pretrained", models.pretrained_micro_vit)

@@ -13,7 +13,7 @@ from fedcore import Recipe
 
 _LORA = {"split": "sa-fedlora-share", "local_update": "sa-fedlora-sgd", "aggregate": "staleness-mean"}
 _FULL = {"split": "full-share", "local_update": "safedlora-sgd", "aggregate": "fedavg"}
-_PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}
+_PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}  # personal-eval: fedcore-personal
 MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of these recipes (recipe matrix): LoRA targets (qkv, proj, fc1, fc2) and a head need a ViT."""
 
@@ -30,7 +30,8 @@ RECIPES: dict[str, Recipe] = {
                              help="FedAvg from a seeded random re-initialisation"),
     "fedbit": Recipe(slots={**_FULL, "split": "bitfit-share"}, test_setup=MICRO_VIT,
                      help="BitFit in FL: only biases and the head are trained and sent"),
-    "fedper": Recipe(slots={"split": "fedper-share", "aggregate": "fedavg", **_PERSONAL}, plugins=("from-scratch",),
+    "fedper": Recipe(slots={"split": {"name": "fedper-share", "personal": r"^head\."}, "aggregate": "fedavg",
+                            **_PERSONAL}, plugins=("from-scratch",),
                      test_setup=MICRO_VIT,
                      help="FedPer from scratch: personal head kept on each client, base layers averaged"),
     "local": Recipe(slots={"split": "local-share", "aggregate": "fedavg", **_PERSONAL}, test_setup=MICRO_VIT,
