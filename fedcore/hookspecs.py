@@ -145,7 +145,9 @@ def fedcore_train_cohort(jobs: Sequence[ClientJob], ctx: RoundContext) -> Sequen
     it must send every client's per-batch traffic over that client's channel and must not touch the
     global model. Return ``ClientFailed(client_id, error)`` for a client that failed; raising fails the
     whole cohort. The engine uploads each update, validates it and books the ledger as before. Under a
-    distributed executor a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``).
+    parallel executor (Ray, threads) a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``);
+    the threads executor runs them at once only for a provider whose class sets ``thread_safe = True``
+    (torch's global RNG reached only through ``job.torch_rng()``, nothing mutable shared between jobs).
     Stops at first non-None result.
     """
 
@@ -202,6 +204,20 @@ def fedcore_round_start(ctx: RoundContext) -> None:
     Observers may transform the server state here (``ctx.server.model`` may be replaced, e.g. a
     stage switch that injects adapters), which is how a method changes every client's share at
     round start.
+    """
+
+
+@hookspec
+def fedcore_client_trained(client: ClientInfo, outcome: ClientUpdate | ClientFailed, ctx: RoundContext) -> None:
+    """A client's training finished where it ran, whichever cohort trained it; watch it, do not change it.
+
+    Called once for every job of every wave: the ``per-job`` cohort calls it as each client finishes, a
+    batched cohort as each batch of clients finishes (``job.trained(outcome)``), and the engine, when the
+    cohort returns, for every job it did not report. ``outcome`` is the ``ClientUpdate`` before its upload,
+    or ``ClientFailed``; ``ctx`` is the client-bound context. Runs where the client trained: on the
+    worker under a distributed executor (``ctx.run`` is then ``None``), possibly on a worker thread. This
+    is how a progress display or a logger follows training without wrapping ``fedcore_local_update``, which
+    would make a vectorising cohort train one by one.
     """
 
 
@@ -272,6 +288,7 @@ OBSERVER_HOOKS: tuple[str, ...] = (
     "fedcore_check_pipeline",
     "fedcore_run_start",
     "fedcore_round_start",
+    "fedcore_client_trained",
     "fedcore_client_done",
     "fedcore_adapt_update",
     "fedcore_plan_job",

@@ -1,6 +1,7 @@
 """fedcore's own components. They register through the same entry-point mechanism as any plugin."""
 from fedcore.builtin.all_data import AllData
 from fedcore.builtin.buffers import convex_mean, float_buffer_names
+from fedcore.builtin.clone import share_frozen_copy
 from fedcore.builtin.fedasync import AsyncRounds, AsyncSchedule, FedAsyncMix
 from fedcore.builtin.fedavg import FedAvg, weighted_mean
 from fedcore.builtin.fedbuff import BufferedRounds, BufferedSchedule, FedBuffStep
@@ -34,5 +35,5 @@ __all__ = [
     "PathologicalPartition", "SquarePartition",
     "PerJobCohort", "QuantitySkewPartition", "SGDUpdate", "ShardPartition", "StackedOptimizer", "SyncRounds",
     "UniformSync", "VectorisedCohort", "WholeModel",
-    "accuracy_and_loss", "convex_mean", "float_buffer_names", "weighted_mean", "working_copy",
+    "accuracy_and_loss", "convex_mean", "float_buffer_names", "share_frozen_copy", "weighted_mean", "working_copy",
 ]

@@ -41,6 +41,7 @@ from fedcore_lora import (
     factor_pairs,
     has_lora,
     inject_lora,
+    ranks,
     resolve_lora,
     set_rank,
     truncate_factors,
@@ -54,7 +55,10 @@ INJECTED_AT = StashKey[int]("safedlora.adapters_injected_at")
 
 def share_signature(model: nn.Module) -> str:
     """The signature of the share the global model implies: ``"stage1"``, or ``"lora-r<rank>"``."""
-    return f"lora-r{current_rank(model)}" if has_lora(model) else "stage1"
+    found = set(ranks(model).values())  # one walk (it runs for every client)
+    if len(found) > 1:
+        current_rank(model)  # raises, naming the ranks
+    return f"lora-r{found.pop()}" if found else "stage1"
 
 
 @attrs.frozen(eq=False, kw_only=True)
