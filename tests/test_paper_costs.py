@@ -263,14 +263,23 @@ def test_paper_config_plans_and_cites_its_table(name):
     assert all(c.params_trained > 0 and c.train_flops > c.forward_flops > 0 for c in dry.clients), name
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_docs_cost_table_is_the_generated_one(name):
-    """docs/paper-scale.md holds each config's dry-run table as examples/paper/costs_table.py writes it."""
-    tag = f"paper-costs:{name}"
+def written_block(tag: str) -> str:
+    """The text docs/paper-scale.md holds between ``tag``'s generated markers."""
     page = (ROOT / "docs" / "paper-scale.md").read_text()
     start, end = f"<!-- generated:{tag} -->", f"<!-- /generated:{tag} -->"
     assert page.count(start) == 1 and page.count(end) == 1, f"docs/paper-scale.md has no {tag} block"
-    written = page.split(start, 1)[1].split(end, 1)[0].strip()
-    assert written == costs_table().block(name, planned), (
-        f"docs/paper-scale.md's {tag} block is stale: run python examples/paper/costs_table.py --write "
-        f"docs/paper-scale.md {name}")
+    return page.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_docs_cost_table_is_the_generated_one(name):
+    """docs/paper-scale.md holds each config's dry-run table as examples/paper/costs_table.py writes it."""
+    assert written_block(f"paper-costs:{name}") == costs_table().block(name, planned), (
+        f"docs/paper-scale.md's paper-costs:{name} block is stale: run python examples/paper/costs_table.py --write "
+        f"docs/paper-scale.md")
+
+
+def test_docs_summary_is_the_generated_one():
+    """The summary of every config (a row per config and planned round, the issue's closing-note list) is current."""
+    assert written_block("paper-costs:summary") == costs_table().summary(CONFIGS, planned), (
+        "docs/paper-scale.md's summary is stale: run python examples/paper/costs_table.py --write docs/paper-scale.md")
