@@ -163,7 +163,7 @@ def test_smoke_of_a_data_selection_keeps_one_shot_per_class():
     from fedcore.experiment.build import plan
     from fedcore.experiment.config import load_config
     from fedcore.experiment.matrix import cell_config
-    from fedcore.experiment.smoke import smoke
+    from fedcore.experiment.smoke_run import smoke
 
     torch.set_num_threads(1)
     cfg = cell_config("cafpt", "uniform", rounds=1)
