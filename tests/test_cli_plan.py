@@ -155,6 +155,27 @@ def test_smoke_without_the_data_uses_the_plan_table(capsys, tmp_path):
     assert any("5,000 train samples -> 4 of seeded noise, input 3x16x16" in s for s in data["scaled"])
 
 
+def test_smoke_of_a_data_selection_keeps_one_shot_per_class():
+    """CaFPT keeps its top ``shots`` samples of every class of a client's pool; a smoke client holds ``batch`` samples,
+    so ``shots`` becomes 1 (the paper config asks for 2 of each of 5 classes: the selector refused the kept pool)."""
+    import torch
+
+    from fedcore.experiment.build import plan
+    from fedcore.experiment.config import load_config
+    from fedcore.experiment.matrix import cell_config
+    from fedcore.experiment.smoke_run import smoke
+
+    torch.set_num_threads(1)
+    cfg = cell_config("cafpt", "uniform", rounds=1)
+    cfg["plan"] = {"train": 600, "test": 60, "classes": 6, "input": [3, 16, 16]}  # shuffled labels, as a paper's
+    cfg["pipeline"]["partition"] = {**cfg["pipeline"]["partition"], "shots": 2, "pool_multiplier": 4,
+                                    "classes_per_client": 3}
+    cfg["pipeline"]["select"] = {**cfg["pipeline"]["select"], "shots": 2}
+    outcome = smoke(plan(load_config(None, base=cfg)))
+    assert outcome.ok, outcome.problem
+    assert "select.shots: 2 -> 1 (cafpt)" in outcome.scaled
+
+
 def test_plan_of_a_sweep_config_plans_its_base(capsys, tmp_path):
     path = tmp_path / "sweep.toml"
     path.write_text(CONFIG + '\n[sweep]\nseeds = 2\n[sweep.variants]\nfast = { "pipeline.local_update.lr" = 0.5 }\n')

@@ -102,6 +102,25 @@ def test_a_later_distillation_round_downloads_the_server_logits():
     assert sum(c.comm_s for c in dry.clients) == pytest.approx(result.history.rows[1]["virtual_comm_s"], rel=1e-12)
 
 
+def test_later_sa_fedlora_rounds_book_what_the_real_rounds_book():
+    """SA-FedLoRA's stage switch (round 1: backbone + factors down) and an annealed round (round 2: factors at the
+    lower rank, no backbone): dry runs of those rounds, each without the rounds before it, equal the real ledger."""
+    torch.set_num_threads(1)
+    cfg = {**recipe_config("sa-fedlora", plugins=[{"name": "sa-fedlora-plan", "t1_rounds": 1, "t2_rounds": 3,
+                                                     "r_a": 3, "r_b": 2, "t_a": 0, "t_b": 1}],
+                           local_update={"e1_local_epochs": 1}), "rounds": 3}
+    m = materialize(plan(load_config(None, base=copy.deepcopy(cfg))))
+    result = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, executor=m.executor, **m.run_kwargs)
+    assert [row["lora_rank"] for row in result.history.rows] == [0.0, 3.0, 2.0]
+    for round in (1, 2):
+        dry = dry_run(plan(load_config(None, base=copy.deepcopy(cfg))), round=round)
+        real: dict = {}
+        for (direction, kind), n in result.ledger.by_kind(round=round).items():
+            real.setdefault(direction, {})[kind] = n
+        assert dry.round_bytes() == real, f"round {round}"
+    assert real["down"]["weights"] == real["up"]["weights"]  # round 2: the factors (+ head) only, both ways
+
+
 def build_pair(name: str, **settings):
     model = fedcore.plugins.registry().get(name, "model").obj
     torch.manual_seed(0)

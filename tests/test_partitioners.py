@@ -98,6 +98,26 @@ def test_fewshot_random_classes_and_pool():
     assert part.pool == part.train
 
 
+def test_fewshot_random_classes_reuses_a_spent_class():
+    """More holders of a class than its samples allow (pFedPrompt's 100 clients x 5 of Caltech101's classes): every
+    client still gets its shots of each of its classes, drawn from the whole class once the unused ones run out, and
+    a partition that does not run out is the one drawn without replacement."""
+    labels = labels_of(DIGITS[0])
+    part = partition_of(FewShotPartition(shots=20, mode="random_classes", classes_per_client=5, pool_multiplier=2),
+                        num_clients=30)
+    for p in part.train:
+        counts = Counter(labels[list(p)].tolist())
+        assert len(counts) == 5 and set(counts.values()) == {40} and len(set(p)) == len(p)
+    flat = [i for p in part.train for i in p]
+    assert len(flat) > len(set(flat))  # 30 x 5 x 40 = 6,000 draws from 1,437 samples: some are shared
+    few = partition_of(FewShotPartition(shots=2, mode="random_classes", classes_per_client=3), num_clients=6)
+    flat = [i for p in few.train for i in p]
+    assert len(flat) == len(set(flat))  # enough samples: no client shares one
+    with pytest.raises(ConfigError, match=r"fewer than shots x pool_multiplier = 400"):
+        partition_of(FewShotPartition(shots=200, mode="random_classes", classes_per_client=2, pool_multiplier=2),
+                     num_clients=2)  # a class smaller than one client's draw is still refused
+
+
 def test_fewshot_errors():
     with pytest.raises(ConfigError, match=r"mode='disjoint'\) needs num_clients <= 10 classes, got num_clients=11"):
         partition_of(FewShotPartition(mode="disjoint"), num_clients=11)

@@ -149,6 +149,10 @@ class FewShotPartition:
     ``random_classes`` (each client draws ``classes_per_client`` classes, overlap allowed).
     ``pool_multiplier`` > 1 gives each client a candidate pool of that many shots per class for a
     data-selection component (CaFPT); training then uses the whole pool unless a selector narrows it.
+    Samples are drawn without replacement across clients while a class has enough left; in ``iid`` and
+    ``random_classes`` modes a spent class is then drawn again from all its samples, so clients share some (the
+    thesis's code draws every client's shots independently, spec 003b A7: a small Caltech101 class held by many of
+    pFedPrompt's 100 or CaFPT's 50 clients runs out).
     """
 
     shots: int = setting(4, low=1, help="samples per class per client")
@@ -181,6 +185,11 @@ class FewShotPartition:
             chosen: list[int] = []
             for c in mine:
                 available = per_class[c]
+                if len(available) < take and self.mode == "random_classes":
+                    whole = np.flatnonzero(labels == c)
+                    if len(whole) >= take:  # spent by earlier clients: draw again from the whole class
+                        chosen.extend(rng.permutation(whole)[:take].tolist())
+                        continue
                 if len(available) < take:
                     raise ConfigError(f"FewShotPartition: class {c} has {len(available)} samples left for client "
                                       f"{client}, fewer than shots x pool_multiplier = {take}")

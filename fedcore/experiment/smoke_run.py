@@ -10,7 +10,8 @@ down, and printed:
   then two clients are kept (client 0 and the first client with another device profile, else client 1), each with
   its first ``batch`` samples (and personal test samples), handed to the engine as a fixed partition;
 * the run: one round; every ``*epochs`` setting of a component becomes 1 and every ``batch_size`` becomes ``batch``,
-  so each client takes one local step.
+  so each client takes one local step; every ``shots`` setting (samples per class a selection keeps) becomes 1, since
+  a kept client holds ``batch`` samples.
 
 On a GPU (``--device cuda --precision bf16 --batch 32``) the outcome records the wave's wall time and
 ``torch.cuda.max_memory_allocated`` next to the dry run's memory estimate at the same batch.
@@ -141,7 +142,8 @@ def compact(full: Partition, clients: Sequence[int], k: int) -> Kept:
 
 
 def scale_pipeline(pipeline: Mapping[str, Any], batch: int) -> tuple[dict[str, Any], list[str]]:
-    """The resolved pipeline config with every ``*epochs`` setting at 1 and every ``batch_size`` at ``batch``."""
+    """The resolved pipeline config with every ``*epochs`` and ``shots`` setting at 1 and every ``batch_size`` at
+    ``batch``."""
     out, notes = copy.deepcopy(dict(pipeline)), []
     specs = [(slot, spec) for slot, spec in out.items() if isinstance(spec, dict)]
     specs += [(f"plugins[{i}]", spec) for i, spec in enumerate(out.get("plugins", [])) if isinstance(spec, dict)]
@@ -151,7 +153,8 @@ def scale_pipeline(pipeline: Mapping[str, Any], batch: int) -> tuple[dict[str, A
                 continue
             if where == "schedule" and key == "fraction":
                 continue
-            new = 1 if key.endswith("epochs") and value > 1 else batch if key == "batch_size" else value
+            new = 1 if (key.endswith("epochs") or key == "shots") and value > 1 else batch if key == "batch_size" \
+                else value
             if new != value:
                 spec[key] = new
                 notes.append(f"{where}.{key}: {value} -> {new} ({spec['name']})")

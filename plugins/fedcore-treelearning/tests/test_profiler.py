@@ -109,6 +109,28 @@ def test_resnet_is_cut_into_stem_stages_and_head():
                                                            32 * 2 * 2 * 4, 64 * 1 * 1 * 4]
 
 
+@pytest.mark.parametrize("arch, names", [
+    ("mobilenetv1_100", ["stem", *(f"blocks.{i}" for i in range(5)), "head"]),        # timm EfficientNet class
+    ("mobilenetv3_small_050", ["stem", *(f"blocks.{i}" for i in range(6)), "head"]),  # timm MobileNetV3 class
+    ("vgg11", ["stage1", "stage2", "stage3", "stage4", "stage5", "head"]),
+])
+def test_timm_mobilenets_and_vgg_are_cut_into_stem_stages_and_head(arch, names):
+    """The thesis's MobileNet (v1) and VGG11 by timm name (the paper configs under examples/paper/): the units
+    compose to the model and own every parameter (the cut checks it), and the stem of MobileNet-v1 is its first
+    convolution and batch norm (3 x 3 x 3 x 32 weights + 2 x 32 affine)."""
+    torch.manual_seed(0)
+    model = timm.create_model(arch, pretrained=False, num_classes=10).eval()
+    units = partition_units(model)
+    assert [name for name, _ in units] == names
+    x = torch.randn(2, 3, 32, 32)
+    h = x
+    for _, unit in units:
+        h = unit(h)
+    assert torch.equal(h, model(x))
+    if arch == "mobilenetv1_100":
+        assert sum(p.numel() for p in units[0][1].parameters()) == 3 * 3 * 3 * 32 + 2 * 32
+
+
 def test_client_memory_grows_with_the_split():
     profile = profile_model(micro_vit(), torch.randn(2, 3, 32, 32))
     sizes = [profile.client_memory_bytes(s, batch_size=8) for s in range(2, profile.n_units + 1)]

@@ -120,6 +120,19 @@ def test_set_rank_round_trip_on_the_model():
         set_rank(model, 64, setting="r_t")
 
 
+def test_set_rank_keeps_the_factors_on_the_models_device():
+    """A dry run plans an annealed SA-FedLoRA round on the meta device: the resized factors must stay there (and
+    a model on a GPU must keep its factors on the GPU), not land on the CPU."""
+    with torch.device("meta"):
+        model = small_vit()
+    inject_lora(model, rank=4, seed=0)
+    assert set_rank(model, 2)
+    weights = [w for layer in lora_layers(model).values()
+               for w in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
+    assert {w.device.type for w in weights} == {"meta"}
+    assert current_rank(model) == 2
+
+
 def test_adapter_state_round_trip_and_merge():
     a, b = small_vit(), small_vit()
     inject_lora(a, rank=3, seed=0)

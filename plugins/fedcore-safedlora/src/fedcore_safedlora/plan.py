@@ -190,7 +190,9 @@ class SAFedLoRAPlan:
             inject_lora(server.model, target=lora.targets, rank=self.schedule_for(server.model).r_a,
                         init_std=self.lora_init_std, alpha=lora.alpha, dropout=lora.dropout,
                         seed=derive_seed(ctx.seed, "sa-fedlora", "lora-init"))
-            server.stash[INJECTED_AT] = ctx.round
+            # the stage switch's round, where a run injects them: a dry run of a later round injects late, and
+            # its clients then hold the backbone already (no transition broadcast in that round)
+            server.stash[INJECTED_AT] = self.t1_rounds
         if current_rank(server.model) != rank:
             set_rank(server.model, rank, mode=self.truncation,
                      seed=derive_seed(ctx.seed, "sa-fedlora", "rank", ctx.round), setting=f"{type(self).__name__}.r_t")

@@ -6,6 +6,11 @@ lets a split fall between the stages of the network:
 - timm ``VisionTransformer``: the stem (patch embedding, cls/register tokens, position embedding,
   pre-norm), then one unit per block, then the head (final norm, pooling, classifier);
 - timm ``ResNet``: the stem (conv1, bn1, act, max-pool), ``layer1``..``layer4``, the head (pool, fc);
+- timm ``EfficientNet`` / ``MobileNetV3`` (MobileNet-v1/v2/v3, EfficientNet, MnasNet, ...): the stem (conv_stem,
+  bn1), one unit per stage of ``blocks``, the head (the head convolution and norm where the model has them,
+  pooling, classifier);
+- timm ``VGG``: one unit per conv stage of ``features`` (its convolutions up to and including a max-pool), the
+  head (``pre_logits`` and the classifier);
 - ``nn.Sequential``: one unit per child;
 - a list/tuple/``nn.ModuleList`` of modules: taken as the units themselves.
 
@@ -22,6 +27,7 @@ from torch import nn
 from fedcore.errors import ConfigError
 
 SUPPORTED = ("timm VisionTransformer (cut by block)", "timm ResNet (stem, layer1-4, head)",
+             "timm EfficientNet/MobileNetV3 (stem, stages, head)", "timm VGG (conv stages, head)",
              "nn.Sequential (cut by child)", "a list/tuple/nn.ModuleList of unit modules")
 
 
@@ -82,6 +88,74 @@ class ResNetHead(nn.Module):
         return self._net.forward_head(x)
 
 
+class Chain(nn.Module):
+    """Some of a model's submodules, run in order (the stem of a timm CNN: ``conv_stem``, ``bn1``)."""
+
+    def __init__(self, net: nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        for name in names:
+            setattr(self, name, getattr(net, name))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for module in self.children():
+            x = module(x)
+        return x
+
+
+class ModelHead(nn.Module):
+    """The modules after a timm CNN's last stage: ``before`` run in order, then the model's own ``forward_head``.
+
+    Owns ``before`` and ``head`` (the modules ``forward_head`` uses), so their parameters belong to this unit.
+    """
+
+    _net: Any
+
+    def __init__(self, net: nn.Module, *, before: Sequence[str] = (), head: Sequence[str]) -> None:
+        super().__init__()
+        object.__setattr__(self, "_net", net)
+        self._before = tuple(before)
+        for name in (*before, *head):
+            setattr(self, name, getattr(net, name))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name in self._before:
+            x = getattr(self, name)(x)
+        return self._net.forward_head(x)
+
+
+def _vgg_stages(features: nn.Sequential) -> list[nn.Sequential]:
+    """``features`` cut after each max-pool: VGG's conv stages (the modules are the model's own)."""
+    stages: list[nn.Sequential] = []
+    current: list[nn.Module] = []
+    for module in features:
+        current.append(module)
+        if isinstance(module, nn.MaxPool2d):
+            stages.append(nn.Sequential(*current))
+            current = []
+    if current:
+        stages.append(nn.Sequential(*current))
+    return stages
+
+
+def _timm_cnn_units(model: nn.Module) -> tuple[tuple[str, nn.Module], ...] | None:
+    """The units of timm's EfficientNet / MobileNetV3 family and of VGG; ``None`` for any other model."""
+    from timm.models.efficientnet import EfficientNet
+    from timm.models.mobilenetv3 import MobileNetV3
+    from timm.models.vgg import VGG
+
+    if isinstance(model, (EfficientNet, MobileNetV3)):
+        stages = tuple((f"blocks.{i}", stage) for i, stage in enumerate(model.blocks))
+        if isinstance(model, EfficientNet):  # conv_head and bn2 end forward_features there
+            head = ModelHead(model, before=("conv_head", "bn2"), head=("global_pool", "classifier"))
+        else:  # MobileNetV3 runs them after the pooling, inside forward_head
+            head = ModelHead(model, head=("global_pool", "conv_head", "norm_head", "act2", "flatten", "classifier"))
+        return (("stem", Chain(model, ("conv_stem", "bn1"))), *stages, ("head", head))
+    if isinstance(model, VGG):
+        stages = tuple((f"stage{i + 1}", stage) for i, stage in enumerate(_vgg_stages(model.features)))
+        return (*stages, ("head", ModelHead(model, head=("pre_logits", "head"))))
+    return None
+
+
 def partition_units(model: nn.Module | Sequence[nn.Module]) -> tuple[tuple[str, nn.Module], ...]:
     """The model's partition units in forward order, each with a name (``stem``, ``blocks.0``, ..., ``head``)."""
     from timm.models.resnet import ResNet
@@ -93,6 +167,8 @@ def partition_units(model: nn.Module | Sequence[nn.Module]) -> tuple[tuple[str, 
     elif isinstance(model, ResNet):
         units = (("stem", ResNetStem(model)), *((f"layer{i}", getattr(model, f"layer{i}")) for i in range(1, 5)),
                  ("head", ResNetHead(model)))
+    elif isinstance(model, nn.Module) and (cnn := _timm_cnn_units(model)) is not None:
+        units = cnn
     elif isinstance(model, nn.Sequential):
         units = tuple((name, child) for name, child in model._modules.items() if child is not None)  # repeats kept
     elif isinstance(model, (nn.ModuleList, list, tuple)) and all(isinstance(m, nn.Module) for m in model):

@@ -89,8 +89,10 @@ def set_rank(model: nn.Module, rank: int, *, mode: str = "svd", seed: int = 0, s
             continue
         with torch.no_grad():
             b_new, a_new = resize_factors(b_mod.weight, a_mod.weight, rank, mode=mode, generator=gen)
-        new_a = nn.Linear(a_mod.in_features, rank, bias=False, dtype=a_new.dtype)
-        new_b = nn.Linear(rank, b_mod.out_features, bias=False, dtype=b_new.dtype)
+        # on the adapter's device: a model on a GPU keeps its factors there, one on meta (a dry run) stays on meta
+        device = a_mod.weight.device
+        new_a = nn.Linear(a_mod.in_features, rank, bias=False, dtype=a_new.dtype, device=device)
+        new_b = nn.Linear(rank, b_mod.out_features, bias=False, dtype=b_new.dtype, device=device)
         with torch.no_grad():
             new_a.weight.copy_(a_new)
             new_b.weight.copy_(b_new)
