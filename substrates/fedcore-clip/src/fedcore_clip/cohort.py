@@ -26,7 +26,7 @@ import fedcore
 from fedcore import ClientFailed, ClientUpdate
 from fedcore.builtin import PerJobCohort, StackedOptimizer
 from fedcore.data import ArrayDataset, batches
-from fedcore.runtime.placement import active_placement
+from fedcore.runtime import active_placement
 from fedcore.settings import setting
 from fedcore_clip.features import FEATURES, SUPPORT, cached_features, encode_all, gather_labels
 from fedcore_clip.learner import PromptedCLIP
