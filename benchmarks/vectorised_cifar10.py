@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from pfl_cifar10 import simple_cnn  # noqa: E402  (the same model on every side)
-from sidebyside import interleave, load, machine, pair_ratios  # noqa: E402
+from sidebyside import interleave, load_average, machine  # noqa: E402
 
 
 def fedcore_rounds(cohort: object, args: argparse.Namespace) -> list[float]:
@@ -101,18 +101,18 @@ def main() -> None:
     print(machine())
     print(f"pfl CIFAR-10 setup: {args.users} users x {args.per_user} images, {args.clients} clients/round, batch 10, "
           f"1 epoch, device {args.device}, {args.rounds} rounds per run (first = warm-up), {args.reps} repetitions "
-          f"interleaved\n{load()} (before)\n")
-    times = interleave(sides, args.reps)
+          f"interleaved\nload average {load_average():.2f} (before)\n")
+    times = interleave(sides, reps=args.reps, warmup=1).results
     base = times["fedcore one-by-one (per-job)"]
     print("| side | s / steady round (median) | clients/s | speed-up vs one-by-one, min / median |")
     print("|---|---|---|---|")
     for name, runs in times.items():
-        r = pair_ratios(base, runs)
+        r = [b / o for b, o in zip(base, runs)]
         print(f"| {name} | {statistics.median(runs):.2f} | {args.clients / statistics.median(runs):.1f} | "
               f"{min(r):.2f}x / {statistics.median(r):.2f}x |")
     if not with_pfl:
         print("| pfl 0.6.0 | not run: give --pfl-python (a venv built from benchmarks/requirements-pfl.txt) | | |")
-    print(f"\n{load()} (after)")
+    print(f"\nload average {load_average():.2f} (after)")
 
 
 if __name__ == "__main__":

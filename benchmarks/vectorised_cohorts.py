@@ -37,7 +37,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sidebyside import interleave, load, machine, pair_ratios  # noqa: E402
+from sidebyside import interleave, load_average, machine  # noqa: E402
 
 import fedcore  # noqa: E402
 
@@ -112,7 +112,7 @@ def table(rows: list[list[str]]) -> None:
 
 
 def ratios(base: list[dict[str, float]], other: list[dict[str, float]], key: str) -> str:
-    r = pair_ratios([b[key] for b in base], [o[key] for o in other])
+    r = [b[key] / o[key] for b, o in zip(base, other)]
     return f"{min(r):.2f}x / {statistics.median(r):.2f}x"
 
 
@@ -125,8 +125,8 @@ def demo_case(reps: int) -> None:
         "vectorised, forced (the former rule's choice)": lambda: demo_run('{name="vectorised", on_cpu="vectorise"}',
                                                                           warm),
     }
-    print(f"\n### demo: {DEMO.name}, whole run, {reps} repetitions interleaved\n\n{load()} (before)\n")
-    times = interleave(contenders, reps)
+    print(f"\n### demo: {DEMO.name}, whole run, {reps} repetitions interleaved\n\nload average {load_average():.2f} (before)\n")
+    times = interleave(contenders, reps=reps, warmup=1).results
     rows = [["side", "wall s (median)", "CPU s (median)", "speed-up vs per-job, wall min / median",
              "CPU min / median", "auto's choice", "final accuracy"]]
     base = times["per-job"]
@@ -137,7 +137,7 @@ def demo_case(reps: int) -> None:
                      "-" if name == "per-job" else ratios(base, results, "cpu"),
                      results[0]["choice"], f"{results[0]['accuracy']:.4f}"])
     table(rows)
-    print(f"\n{load()} (after); target: auto not slower than per-job (speed-up >= 1.00)")
+    print(f"\nload average {load_average():.2f} (after); target: auto not slower than per-job (speed-up >= 1.00)")
 
 
 def steady_case(name: str, fn: Any, vectorised: Any, clients: list[int], rounds: int, reps: int) -> None:
@@ -148,7 +148,7 @@ def steady_case(name: str, fn: Any, vectorised: Any, clients: list[int], rounds:
     for n in clients:
         before = os.getloadavg()[0]
         times = interleave({"per-job": lambda n=n: fn(n, "per-job", rounds),
-                            "vectorised": lambda n=n: fn(n, vectorised, rounds)}, reps)
+                            "vectorised": lambda n=n: fn(n, vectorised, rounds)}, reps=reps, warmup=1).results
         rows.append([str(n), f"{statistics.median(r['wall'] for r in times['per-job']):.3f}",
                      f"{statistics.median(r['wall'] for r in times['vectorised']):.3f}",
                      ratios(times["per-job"], times["vectorised"], "wall"),
@@ -167,7 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(machine())
-    print(load())
+    print(f"load average {load_average():.2f}")
     if "demo" in args.cases:
         demo_case(args.reps)
     if "fedlora" in args.cases:

@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from fedcore.experiment.build import plan
-    from fedcore.experiment.dry_run import dry_run
+    from fedcore.experiment.plan_costs import dry_run
 
     if args.config is None:
         raise _config_error("give a CONFIG.toml to plan")
@@ -144,7 +144,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_smoke(args: argparse.Namespace) -> int:
     from fedcore.experiment.build import plan
-    from fedcore.experiment.smoke import print_smoke, smoke
+    from fedcore.experiment.smoke_run import print_smoke, smoke
 
     if args.config is None:
         raise _config_error("give a CONFIG.toml to smoke-test")

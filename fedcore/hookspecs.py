@@ -145,7 +145,9 @@ def fedcore_train_cohort(jobs: Sequence[ClientJob], ctx: RoundContext) -> Sequen
     it must send every client's per-batch traffic over that client's channel and must not touch the
     global model. Return ``ClientFailed(client_id, error)`` for a client that failed; raising fails the
     whole cohort. The engine uploads each update, validates it and books the ledger as before. Under a
-    distributed executor a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``).
+    parallel executor (Ray, threads) a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``);
+    the threads executor runs them at once only for a provider whose class sets ``thread_safe = True``
+    (torch's global RNG reached only through ``job.torch_rng()``, nothing mutable shared between jobs).
     Stops at first non-None result.
     """
 

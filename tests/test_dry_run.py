@@ -12,7 +12,7 @@ import fedcore
 from fedcore.errors import ConfigError
 from fedcore.experiment.build import materialize, plan
 from fedcore.experiment.config import load_config
-from fedcore.experiment.dry_run import dry_run
+from fedcore.experiment.plan_costs import dry_run
 from fedcore.experiment.matrix import cell_config, installed_recipes
 from fedcore.runtime.cost_model import measure
 from fedcore.types import JobPlan, Message

@@ -18,8 +18,8 @@ import torch
 
 from fedcore.experiment.build import plan
 from fedcore.experiment.config import load_config
-from fedcore.experiment.dry_run import DryRun, dry_run
-from fedcore.experiment.smoke import smoke
+from fedcore.experiment.plan_costs import DryRun, dry_run
+from fedcore.experiment.smoke_run import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "examples" / "paper"

@@ -4,6 +4,7 @@ from fedcore import builtin
 from fedcore.builtin import datasets_and_models
 from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.ray_executor import RayExecutor
+from fedcore.engine.threads_executor import ThreadsExecutor
 from fedcore.experiment import runtime_tables
 from fedcore.recipes import Recipe
 from fedcore.registry import ComponentRegistry
@@ -39,6 +40,7 @@ def fedcore_register_components(registry: ComponentRegistry) -> None:
     datasets_and_models.register(registry)
     registry.add_executor("inline", InlineExecutor)
     registry.add_executor("ray", RayExecutor)
+    registry.add_executor("threads", ThreadsExecutor)
     runtime_tables.register(registry)  # clock, profiles, faults
     for name, recipe in RECIPES.items():
         registry.add_recipe(name, recipe)

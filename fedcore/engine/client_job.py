@@ -8,7 +8,7 @@ the client's channel (what crossed it) and the traceback if the client failed.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import time
 import traceback
@@ -18,10 +18,13 @@ import attrs
 import torch
 
 from fedcore.contexts import RoundContext
+from fedcore.engine.job_rng import cohort_rng, job_torch_rng, seed_torch
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.runtime.meter import count_samples
 from fedcore.runtime.placement import Placement, training_precision
 from fedcore.types import ClientData, ClientFailed, ClientInfo, ClientState, ClientUpdate, Share
+
+__all__ = ["ClientJob", "JobResult", "cohort_problem", "run_cohort", "seed_torch"]
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Hooks
@@ -76,6 +79,15 @@ class ClientJob:
         if self.on_trained is not None:
             self.on_trained(self, outcome)
 
+    @contextlib.contextmanager
+    def torch_rng(self) -> Iterator[torch.Generator]:
+        """This job's stream of torch's global generator: ``with job.torch_rng(): ...`` seeds the global generator
+        from ``ctx.seed_for("torch")`` inside a fork (code drawing without a generator, ``nn.Dropout``, is then
+        reproducible) and yields it. In a worker thread of the threads executor it yields a private generator
+        seeded the same way and leaves the global one alone (see :mod:`fedcore.engine.job_rng`)."""
+        with job_torch_rng(self.ctx.seed_for("torch")) as generator:
+            yield generator
+
 
 @attrs.frozen(kw_only=True, eq=False)
 class JobResult:
@@ -92,18 +104,6 @@ class JobResult:
     def rows(self) -> tuple[Transfer, ...]:
         """Everything the job's channel carried: download, per-batch traffic, upload."""
         return tuple(self.channel.rows)
-
-
-def seed_torch(seed: int) -> None:
-    """``torch.manual_seed``, minus its lazy per-device seeding calls when no accelerator is available.
-
-    Those calls format a stack trace per device type (~0.25 ms per client job, ~1% of a micro-model round);
-    without an accelerator only the CPU generator can ever be used, so seeding it alone is the same thing.
-    """
-    if torch.accelerator.is_available():
-        torch.manual_seed(seed)
-    else:
-        torch.random.default_generator.manual_seed(seed)
 
 
 def cohort_problem(jobs: Sequence[ClientJob], outcomes: Any) -> str | None:
@@ -126,12 +126,12 @@ def cohort_problem(jobs: Sequence[ClientJob], outcomes: Any) -> str | None:
 def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[JobResult]:
     """Train a cohort through ``fedcore_train_cohort`` and upload each update over its client's channel.
 
-    The torch global RNG is forked around the cohort, so client work never disturbs the caller's
-    random state (the default cohort seeds it per job from ``(seed, round, client)``). A cohort
-    provider that raises, or answers with the wrong shape, fails every job of the cohort; a
-    :class:`~fedcore.types.ClientFailed` entry fails one client. Every job is reported to the
-    ``fedcore_client_trained`` observers once: by the cohort as it finishes (:meth:`ClientJob.trained`),
-    else here when the cohort returns.
+    The torch global RNG is forked around the cohort, so client work never disturbs the caller's random state
+    (the default cohort seeds it per job from ``(seed, round, client)``, :meth:`ClientJob.torch_rng`); in a worker
+    thread the executor keeps it instead (:mod:`fedcore.engine.job_rng`). A cohort provider that raises, or answers
+    with the wrong shape, fails every job of the cohort; a :class:`~fedcore.types.ClientFailed` entry fails one
+    client. Every job is reported to the ``fedcore_client_trained`` observers once: by the cohort as it finishes
+    (:meth:`ClientJob.trained`), else here when the cohort returns.
     """
     if not jobs:
         return []
@@ -149,7 +149,7 @@ def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[Jo
     start = time.perf_counter()
     works: list[dict[str, int]] = []
     try:
-        with torch.random.fork_rng(devices=[]), training_precision(jobs[0].placement), \
+        with cohort_rng(), training_precision(jobs[0].placement), \
                 contextlib.ExitStack() as meters:
             works = [meters.enter_context(count_samples(job.share.module)) for job in jobs]
             ctx = RoundContext(round=jobs[0].ctx.round, seed=jobs[0].ctx.seed, run=jobs[0].ctx.run)

@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fedcore.experiment.build import Materials, Plan, materialize, plan
     from fedcore.experiment.config import Key, Table, load_config, register_table
-    from fedcore.experiment.dry_run import ClientPlan, DryRun, dry_run
+    from fedcore.experiment.plan_costs import ClientPlan, DryRun, dry_run
     from fedcore.experiment.report import load_runs, write_report
     from fedcore.experiment.runner import Outcome, prepare, run_experiment
-    from fedcore.experiment.smoke import SmokeOutcome, smoke
+    from fedcore.experiment.smoke_run import SmokeOutcome, smoke
     from fedcore.experiment.sweep_report import SweepStatistics, sweep_statistics, write_sweep_report
     from fedcore.experiment.sweep_run import SweepOutcome, run_sweep
 
 _HOMES = {
     "build": ("Materials", "Plan", "materialize", "plan"),
     "config": ("Key", "Table", "load_config", "register_table"),
-    "dry_run": ("ClientPlan", "DryRun", "dry_run"),
+    "plan_costs": ("ClientPlan", "DryRun", "dry_run"),
     "report": ("load_runs", "write_report"),
     "runner": ("Outcome", "prepare", "run_experiment"),
-    "smoke": ("SmokeOutcome", "smoke"),
+    "smoke_run": ("SmokeOutcome", "smoke"),
     "sweep_report": ("SweepStatistics", "sweep_statistics", "write_sweep_report"),
     "sweep_run": ("SweepOutcome", "run_sweep"),
 }

@@ -109,7 +109,8 @@ TOP_LEVEL: dict[str, Key] = {
                                                   "patch its components (fedcore plugins lists recipes)"),
     "pipeline": Key(kind=(dict,), default={}, help="slot = component (partition, schedule, split, select, "
                                                    "local_update, aggregate, evaluate) and plugins = [...]"),
-    "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\" or { name = \"ray\", ... }"),
+    "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\", { name = \"threads\", "
+                    "workers = 2 } (a thread pool) or { name = \"ray\", ... }"),
     "checkpoint": Key(kind=(dict,), default={}, help="every = k rounds (0 = never), keep = n newest"),
     "output": Key(kind=(dict,), default={}, help="tensorboard = bool, save_model = bool"),
     "plan": Key(kind=(dict,), default=None, help="the data's shape for fedcore plan and --smoke when the data is "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fedcore.experiment.dry_run import ClientPlan, DryRun
+from fedcore.experiment.plan_costs import ClientPlan, DryRun
 
 
 def si(value: float, unit: str = "") -> str:

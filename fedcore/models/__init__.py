@@ -18,7 +18,7 @@ from fedcore.models.pretrain import (
     pretrained_for_target,
     write_cached,
 )
-from fedcore.models.timm_model import timm_model
+from fedcore.models.timm_arch import timm_model
 
 __all__ = ["LoRAConfig", "attach_lora", "cache_root", "deterministic_build", "micro_cnn", "micro_vit",
            "micro_vit_pretrained", "model_lora", "pretrained_for_target", "timm_model", "tiny_mlp", "write_cached"]

@@ -1,4 +1,8 @@
-"""kill -9 a real ``fedcore run`` at seeded random moments under each scheduler, with faults; resume: identical run."""
+"""kill -9 a real ``fedcore run`` at seeded random moments under each scheduler, with faults; resume: identical run.
+
+The one-kill cases run the killed run on the threads executor (its waves train in a thread pool) and compare it with
+the inline reference, so they also check that a threaded run checkpoints and resumes to the inline history; the
+repeated-kill cases stay inline."""
 import random
 import shutil
 
@@ -12,14 +16,17 @@ from fedcore.cli import main
 ROUNDS = 8
 
 
-def reference(tmp_path, schedule):
+def reference(tmp_path, schedule, executor='"inline"'):
+    """The inline run (in this process), and the config the killed runs use (``executor`` for them)."""
     config = tmp_path / f"{schedule}.toml"
     config.write_text(config_text(schedule, rounds=ROUNDS))
     ref = tmp_path / "reference"
     assert main(["run", str(config), "--out", str(ref), "--progress", "none"]) == 0
     rows = rows_of(ref)
     assert len(rows) == ROUNDS and any(r.get("dropout") or r.get("lost") for r in rows)  # the faults happened
-    return config, ref, rows
+    killed = tmp_path / f"{schedule}-killed.toml"
+    killed.write_text(config_text(schedule, rounds=ROUNDS, executor=executor))
+    return killed, ref, rows
 
 
 def same_model(a, b):
@@ -60,7 +67,7 @@ def kill_and_resume(config, run_dir, rng, kills):
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_one_kill_at_a_seeded_moment_then_resume_is_the_uninterrupted_run(tmp_path, capsys, schedule):
-    config, ref, expected = reference(tmp_path, schedule)
+    config, ref, expected = reference(tmp_path, schedule, executor='{ name = "threads", workers = 2 }')
     capsys.readouterr()
     run_dir = tmp_path / "killed"
     kill_and_resume(config, run_dir, random.Random(f"kill-{schedule}"), kills=1)

@@ -174,8 +174,8 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
     CPU, all on a GPU; 0 = all) folds the labels onto that many classes: a text tower that encodes every class name
     at every step (CLIP prompts) then costs tens of classes, not hundreds. ``estimate`` (default: on a CUDA device)
     adds the dry run's memory estimate of the two clients at the smoke's batch."""
-    from fedcore.experiment.dry_run import random_weights
     from fedcore.experiment.matrix import row_problem
+    from fedcore.experiment.plan_costs import random_weights
     from fedcore.runtime.profiles import resolve
 
     cfg = p.config
@@ -256,7 +256,7 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
 def estimated_memory(p: Plan, shape: DataShape, clients: Sequence[int], batch: int) -> dict[int, int]:
     """The dry run's training memory of each smoke client at the smoke's batch (weights, gradients, optimizer state
     and saved activations; the activations scale with the batch)."""
-    from fedcore.experiment.dry_run import dry_run
+    from fedcore.experiment.plan_costs import dry_run
 
     try:
         dry = dry_run(p, shape=shape)
