@@ -57,6 +57,9 @@ class EdgeKDTrain:
     t2_scale: bool = setting(True, help="multiply the KD term by T^2 (FedML); False = the literal Eq. 14")
     augment: bool = setting(True, help="random crop (2 px) + flip during local training")
     feature_dtype: str = setting("float32", choices=("float32", "float16"), help="features on the wire")
+    extract_augment: bool = setting(False, help="spec 002 A10: extract the uplink features from augmented images "
+                                                "(FedML's train transforms; the edge stays in eval mode); False = "
+                                                "clean images")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -107,7 +110,7 @@ class EdgeKDTrain:
                 seen += len(pos)
         state.stash[EDGE_OPTIMIZER] = opt.state_dict()
         state.tensors = {EDGE_PREFIX + k: v.detach().clone() for k, v in edge.state_dict().items()}
-        packet = self.extract(client.id, edge, data.dataset, ids)
+        packet = self.extract(client.id, edge, data.dataset, ids, crops if self.extract_augment else None)
         for chunk in ids.split(self.extract_chunk):  # the extraction pass: one forward of every sample
             book_samples(module, len(chunk), train=False)
         return ClientUpdate(client_id=client.id, tensors=packet.entries(), num_examples=len(ids),
@@ -140,13 +143,17 @@ class EdgeKDTrain:
     def extract_chunk(self) -> int:
         return max(self.batch_size, 256)
 
-    def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor) -> FeaturePacket:
-        """The uplink: features, logits and labels of every sample, edge model in eval mode."""
+    def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor,
+                crops: torch.Generator | None = None) -> FeaturePacket:
+        """The uplink: features, logits and labels of every sample, edge model in eval mode (images augmented
+        with ``crops`` when given: ``extract_augment``)."""
         edge.eval()
         feats, logits, labels = [], [], []
         with torch.no_grad():
             for chunk in ids.split(self.extract_chunk):
                 x, y = fetch(dataset, chunk)
+                if crops is not None:
+                    x = augment(x, crops)
                 z, h = edge.forward_with_features(x)
                 feats.append(h.to(getattr(torch, self.feature_dtype)))
                 logits.append(z)
