@@ -38,7 +38,8 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-treelearning": ("fedcore_treelearning", {
         "component": ("tl-share", "tl-cohort", "tl-eval", "tl-vertical"),
         "recipe": ("tree-learning", "tl-optimal-split", "tl-no-partition", "sl-sync", "sl-round-robin",
-                   "tree-learning-vertical")}),
+                   "tree-learning-vertical"),
+        "model": ("tl.mobilenet",)}),
     "fedcore-distill": ("fedcore_distill", {
         "component": ("edge-kd-train", "edge-share", "kd-eval", "kd-server", "p-group"),
         "dataset": ("kd.synth-patterns",),

@@ -42,6 +42,10 @@ MICRO_SETUP: Mapping[str, Any] = {
 """The experiment keys a recipe's ``test_setup`` leaves out: 64 Gaussian-blob samples, a tiny MLP, 4 clients."""
 
 
+def _as_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value)
+
+
 def _check_spec(spec: Any, where: str) -> None:
     if isinstance(spec, str):
         return
@@ -74,6 +78,12 @@ class Recipe:
     test_setup: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
     """Top-level experiment keys (``dataset``, ``model``, ``num_clients``, ``pipeline`` patches, ...) of a micro
     run of this recipe, over :data:`MICRO_SETUP`: what the recipe matrix and smoke tests run it on."""
+    learning: Mapping[str, Any] = attrs.field(factory=dict, converter=_as_dict)
+    """The recipe's micro learning setup (``fedcore.experiment.learning``): ``rounds``, ``margin`` (accuracy above
+    the better of chance and the control), ``setup`` (experiment keys over :meth:`micro_config`; ``pipeline``
+    patches merge slot by slot), ``chance`` (when the test set's majority share is not it, as for a personalised
+    evaluation), ``control`` (also run it with a no-op local update and beat that: a model that starts above
+    chance), ``slow`` (the integration tier). Unset keys take :data:`LEARNING_DEFAULTS`."""
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(set(self.slots) - set(SLOT_HOOKS))
@@ -87,10 +97,41 @@ class Recipe:
         if unknown_setup:
             raise ConfigError(f"recipe test_setup key(s) {unknown_setup} unknown; "
                               f"allowed: {', '.join(sorted(_SETUP_KEYS))}")
+        unknown_learning = sorted(set(self.learning) - set(LEARNING_DEFAULTS) - {"setup", "chance"})
+        if unknown_learning:
+            raise ConfigError(f"recipe learning key(s) {unknown_learning} unknown; allowed: "
+                              f"{', '.join(sorted({*LEARNING_DEFAULTS, 'setup', 'chance'}))}")
+        unknown_setup = sorted(set(self.learning.get("setup", {})) - _SETUP_KEYS)
+        if unknown_setup:
+            raise ConfigError(f"recipe learning setup key(s) {unknown_setup} unknown; "
+                              f"allowed: {', '.join(sorted(_SETUP_KEYS))}")
 
     def micro_config(self) -> dict[str, Any]:
         """The experiment config keys of this recipe's micro run: :data:`MICRO_SETUP` updated by ``test_setup``."""
         return {**{k: _copy(v) for k, v in MICRO_SETUP.items()}, **{k: _copy(v) for k, v in self.test_setup.items()}}
+
+    def learning_config(self) -> dict[str, Any]:
+        """The experiment config keys of this recipe's learning check: :meth:`micro_config` with the learning
+        ``setup`` applied (top-level keys replaced; ``pipeline`` patches merged slot by slot)."""
+        config = self.micro_config()
+        for key, value in self.learning.get("setup", {}).items():
+            if key == "pipeline":
+                pipeline = dict(config.get("pipeline", {}))
+                for slot, patch in dict(value).items():
+                    old = pipeline.get(slot)
+                    if isinstance(old, Mapping) and isinstance(patch, Mapping) and "name" not in patch:
+                        pipeline[slot] = {**old, **_copy(patch)}
+                    else:
+                        pipeline[slot] = _copy(patch)
+                config["pipeline"] = pipeline
+            else:
+                config[key] = _copy(value)
+        return config
+
+    def learning_settings(self) -> dict[str, Any]:
+        """``rounds``, ``margin``, ``control``, ``slow`` (declared or :data:`LEARNING_DEFAULTS`) and ``chance``."""
+        return {**LEARNING_DEFAULTS, "chance": None,
+                **{k: v for k, v in self.learning.items() if k != "setup"}}
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The pipeline config (as for :meth:`fedcore.Pipeline.from_config`) with ``overrides`` applied."""
@@ -135,6 +176,9 @@ class Recipe:
 
 
 _SETUP_KEYS = {"dataset", "model", "num_clients", "pipeline", "eval_every"}
+
+LEARNING_DEFAULTS: Mapping[str, Any] = {"rounds": 5, "margin": 0.1, "control": False, "slow": False}
+"""A recipe that declares no learning setup is checked on its micro setup for 5 rounds, 10 points above chance."""
 
 
 def _name(spec: Any) -> str | None:

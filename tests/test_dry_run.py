@@ -254,3 +254,36 @@ def test_the_fused_attention_fast_path_is_counted():
     projections = 2 * b * e * e * (4 * n)  # q, k, v and out, each n x e x e per sample
     attention = 4 * b * n * n * e
     assert cost.forward_flops * b == projections + attention
+
+
+EPOCH_SETTINGS = {  # recipe -> (pipeline slot, its local-epochs setting): loops that call a submodule, not the share
+    "fedvkd": ("local_update", "epochs"),  # the edge loop runs ``edge``; the extraction pass adds one forward
+    "co-s2p": ("local_update", "epochs"),  # forward_all (round 0 is a mask round: its mask epoch comes on top)
+    "splitfed-v1": ("local_update", "epochs"),  # run("bottom") / run("top")
+    "fedv": ("local_update", "local_epochs"),
+    "tree-learning": ("cohort", "epochs"),  # the client part; the share's module is the whole model
+    "tree-learning-vertical": ("cohort", "epochs"),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(EPOCH_SETTINGS))
+def test_client_compute_scales_with_local_epochs(recipe):
+    """One more local epoch costs every client one more pass of training at its share's FLOPs per sample, in the
+    real round's clock and in the dry run alike (before ``book_samples``, these loops were priced one pass whatever
+    the epochs, and a Tree Learning client at the whole model's FLOPs)."""
+    torch.set_num_threads(1)
+    slot, key = EPOCH_SETTINGS[recipe]
+    rows, dries = {}, {}
+    for epochs in (1, 2):
+        cfg = recipe_config(recipe)
+        cfg["pipeline"][slot] = {**cfg["pipeline"].get(slot, {}), key: epochs}
+        dries[epochs] = dry_run(plan(load_config(None, base=copy.deepcopy(cfg))))
+        rows[epochs] = real_round(copy.deepcopy(cfg))[1]
+        sent = [c for c in dries[epochs].clients if c.client in dries[epochs].dispatched]
+        assert sum(c.round_flops for c in sent) == pytest.approx(rows[epochs]["virtual_flops"], rel=1e-12)
+    one_epoch = sum(c.selected * c.train_flops for c in dries[1].clients if c.client in dries[1].dispatched)
+    assert one_epoch > 0
+    assert rows[2]["virtual_flops"] - rows[1]["virtual_flops"] == pytest.approx(one_epoch, rel=1e-9)
+    assert rows[2]["virtual_compute_s"] > rows[1]["virtual_compute_s"]
+    if recipe.startswith("tree-learning"):  # priced at the client part (units 1..split-1), not the whole model
+        assert all(c.forward_flops < dries[1].model["forward_flops"] for c in dries[1].clients)

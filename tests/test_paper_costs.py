@@ -283,3 +283,30 @@ def test_docs_summary_is_the_generated_one():
     """The summary of every config (a row per config and planned round, the issue's closing-note list) is current."""
     assert written_block("paper-costs:summary") == costs_table().summary(CONFIGS, planned), (
         "docs/paper-scale.md's summary is stale: run python examples/paper/costs_table.py --write docs/paper-scale.md")
+
+
+def test_tree_learning_tab32_traffic_is_activations_both_ways_per_sample():
+    """Tree Learning's Tab. 3.2 setting (thesis ch. 3; issue 28 item 3): the thesis has TL at 1.5 MB against FL's
+    21.88 MB, the dry run the other way round. The breakdown: Alg. 2 keeps only the stem on every client (928
+    parameters: its 32x32x32 fp32 map is the cheapest client part), TL sends that map up and its gradient down for
+    every sample of the epoch, FedAvg sends the model once each way per client and round. Both directions are
+    counted for both, so TL / FL = 2 N a / (2 K P): above 1 whenever a > K P / N = 257 floats per sample, which
+    every cut of this MobileNet exceeds (its smallest map is 1024x2x2)."""
+    tl = planned("treelearning_cifar10")
+    fl = planned("treelearning_cifar10", 0, "recipe=fedavg", "pipeline={partition=\"iid\"}")
+    activation = 32 * 32 * 32 * 4  # the stem's output per sample, fp32
+    for c in tl.clients:
+        assert c.params_trained == 3 * 3 * 3 * 32 + 2 * 32  # conv + batch norm: the split Alg. 2 picks
+        assert c.bytes["up"]["smashed"] == c.selected * activation
+        assert c.bytes["down"]["input-grad"] == c.selected * activation
+        assert c.largest["up"]["smashed"] == 16 * activation  # one batch of 16: 2 MiB
+    model_bytes = 4 * tl.model["params"]
+    for c in fl.clients:
+        assert c.bytes["up"]["weights"] == pytest.approx(model_bytes, rel=0.01)  # + batch-norm statistics
+    tl_bytes = sum(sum(c.bytes[d]["smashed" if d == "up" else "input-grad"] for d in ("up", "down"))
+                   for c in tl.clients)
+    fl_bytes = sum(c.bytes["up"]["weights"] + c.bytes["down"]["weights"] for c in fl.clients)
+    samples = sum(c.selected for c in tl.clients)
+    assert samples == 50_000
+    assert tl_bytes / fl_bytes == pytest.approx(samples * activation / (len(fl.clients) * model_bytes), rel=0.01)
+    assert tl_bytes / fl_bytes > 100

@@ -59,5 +59,6 @@ RECIPES = {
                        help="FedAsync (Xie et al. 2019): every arrival mixed in with a staleness-discounted weight"),
     "fedbuff": Recipe(slots={"split": "whole-model", "local_update": "sgd", "aggregate": "fedbuff",
                              "schedule": "buffered"},
-                      help="FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation of K deltas"),
+                      help="FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation of K deltas",
+                      learning={"setup": {"pipeline": {"schedule": {"buffer_size": 2}}}}),  # 4 micro clients
 }

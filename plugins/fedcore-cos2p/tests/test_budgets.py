@@ -46,3 +46,12 @@ def test_a_budget_outside_0_1_is_one_error_naming_the_field(budget):
 def test_a_width_that_leaves_no_head_is_an_error():
     with pytest.raises(ConfigError, match="keeps no head of the 4"):
         ClientBudget.plan(vit(8, heads=4), 0.015625)  # R^w = 0.125 < 1/4
+
+
+def test_r7_ratio_one_half_keeps_no_head_of_the_micro_vit_on_the_nx8():
+    """The README's R7 note: at R = 0.0625 and R^w/R^d = 0.5, R^w = 0.177 keeps no head of 4 (refused, one line
+    naming the budget and the ratio) but one head of 8 (the paper's ViT-Tiny*)."""
+    with pytest.raises(ConfigError, match=r"R\^w=0\.1768.*ratio=0\.5"):
+        ClientBudget.plan(ViTShape(depth=8, num_heads=4), 0.0625, ratio=0.5)
+    plan = ClientBudget.plan(ViTShape(depth=8, num_heads=8), 0.0625, ratio=0.5)
+    assert plan.width == pytest.approx(0.0625 / (0.0625 / 0.5) ** 0.5) and plan.width * 8 >= 1

@@ -264,3 +264,51 @@ def test_asynchronous_operation_records_staleness():
     assert [r.get("max_staleness", 0) for r in rows] == [r["agg_staleness_max"] for r in rows]
     assert {c for r in rows for c in r["clients"]} == {0, 1, 2}  # every device's packets arrived
     assert all(math.isfinite(r["test_accuracy"]) for r in rows)
+
+
+def test_extract_augment_extracts_from_augmented_images_in_eval_mode():
+    """Spec 002 A10: ``extract_augment=False`` (the default) uploads the clean images' features; True the features
+    of the train augmentation (crop + flip) of the same samples, still with the edge in eval mode."""
+    from fedcore_distill import EdgeKDTrain, augment
+
+    train, _ = synth_patterns_dataset(n=24, n_test=4, num_classes=4, size=8)
+    edge = fedvkd_model(**MICRO).edge
+    ids = torch.arange(24)
+    step = EdgeKDTrain(extract_augment=True)
+    clean = step.extract(0, edge, train, ids)
+    with torch.no_grad():
+        assert torch.allclose(clean.features, edge.eval().features(train.x[ids]), atol=1e-6)
+    augmented = step.extract(0, edge, train, ids, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = edge.features(augment(train.x[ids], torch.Generator().manual_seed(1)))
+    assert torch.allclose(augmented.features, expected, atol=1e-6)
+    assert not torch.allclose(augmented.features, clean.features)
+    assert not edge.training
+    kd = {"name": "edge-kd-train", "extract_augment": True}
+    on = micro_run(rounds=1, local_update=kd).run.server.client_views
+    off = micro_run(rounds=1).run.server.client_views
+    assert any(not torch.equal(on[c]["teacher_logits"], off[c]["teacher_logits"]) for c in on)
+
+
+def test_server_logits_head_and_eval_head_pick_a_server_output():
+    """Spec 002 A6: ``server_logits_head`` picks what goes back as soft labels, ``eval_head`` what test_accuracy
+    scores; "mean" (the default) is DeiT's eval output, the mean of the class and distillation heads."""
+    from fedcore_distill import edge_of
+    from fedcore_distill.evaluate import server_heads
+
+    train, _ = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
+    for head in ("mean", "cls", "dist"):
+        result = micro_run(rounds=1, aggregate={"logits_pass": "eval", "server_logits_head": head},
+                           evaluate={"name": "kd-eval", "eval_head": head})
+        system, views = result.model, result.run.server.client_views
+        cid = next(iter(views))
+        edge = edge_of(system, result.run.client_states[cid], cid, 0).eval()
+        with torch.no_grad():
+            h = edge.features(train.x[views[cid]["teacher_ids"]])
+            cls_logits, dist_logits = server_heads(system.server.eval(), h)
+        expected = {"mean": (cls_logits + dist_logits) / 2, "cls": cls_logits, "dist": dist_logits}[head]
+        assert torch.allclose(views[cid]["teacher_logits"], expected, atol=1e-5)
+        row = result.history.rows[-1]
+        if head != "mean":
+            assert row["test_accuracy"] == row[f"{head}_accuracy"]
+    assert not torch.allclose(cls_logits, dist_logits)  # the two heads differ, so the choice is visible

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import fedcore
 from fedcore import RoundContext
 from fedcore.data import batches
+from fedcore.runtime import book_samples
 from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Share, upload_messages
 from fedcore_cos2p.coords import spec_from_json, spec_to_json, zeros_like_global
@@ -103,6 +104,7 @@ class Cos2pUpdate:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                book_samples(module, len(y))  # forward_all is not module.forward: book the batch on the meter
                 last = loss.item()
         for param, flag in flags:
             param.requires_grad_(flag)
@@ -144,13 +146,16 @@ class Cos2pUpdate:
                          ctx: RoundContext) -> JobPlan | None:
         """A dry run: the mask epochs (in a mask round) and the weight epochs, then the upload of the share.
 
-        Both loops call ``forward_all``, not the share module's forward, so the job's meter counts no samples and
-        the clock prices ``samples`` of training, as for a real job."""
+        Both loops call ``forward_all``, not the share module's forward; they book every batch on the job's meter
+        (:func:`fedcore.runtime.book_samples`), so the clock prices ``(mask epochs + epochs) x samples`` of training
+        at the share's FLOPs per sample (a mask epoch, weights frozen and masks trained, is priced as a weight
+        epoch)."""
         if "cos2p" not in share.meta:
             return None
         per_epoch = math.ceil(samples / self.batch_size)
         mask = self.mask_epochs if share.meta["cos2p"]["phase"] == "mask" else 0
-        return JobPlan(messages=upload_messages(share), train_samples=0, num_examples=samples,
+        return JobPlan(messages=upload_messages(share), train_samples=(mask + self.epochs) * samples,
+                       num_examples=samples,
                        steps=(mask + self.epochs) * per_epoch, batch_size=min(self.batch_size, max(samples, 1)))
 
     @fedcore.hookimpl
@@ -186,6 +191,7 @@ class Cos2pUpdate:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                book_samples(module, len(y))  # on the share's module (``sub`` is a sliced copy of it in a mask round)
                 total, count = total + loss.item() * len(y), count + len(y)
         self.save_exits(sub, spec.window_start, state)
         if sub is module:

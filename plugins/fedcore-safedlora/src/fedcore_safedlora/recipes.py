@@ -17,11 +17,15 @@ _PERSONAL = {"local_update": "personal-sgd", "evaluate": "personal-eval"}  # per
 MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of these recipes (recipe matrix): LoRA targets (qkv, proj, fc1, fc2) and a head need a ViT."""
 
+_LEARNING: dict[str, Any] = {"rounds": 10, "setup": {"pipeline": {"local_update": {"lr": 0.05}}}}
+"""The learning check's setup for the recipes that train a few tensors (BitFit's biases, fixed-rank LoRA): SGD 0.05
+for 10 rounds (at 0.03 for 5 rounds they stay at the majority class)."""
+
 RECIPES: dict[str, Recipe] = {
     "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",), test_setup=MICRO_VIT,
                          help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
     "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 0, "r_b": 0},),
-                      test_setup=MICRO_VIT,
+                      test_setup=MICRO_VIT, learning=_LEARNING,
                       help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = model.lora.r (8 if "
                            "not given) from round 0"),
     "fedfft": Recipe(slots=_FULL, test_setup=MICRO_VIT,
@@ -29,6 +33,7 @@ RECIPES: dict[str, Recipe] = {
     "fedavg-scratch": Recipe(slots=_FULL, plugins=("from-scratch",), test_setup=MICRO_VIT,
                              help="FedAvg from a seeded random re-initialisation"),
     "fedbit": Recipe(slots={**_FULL, "split": "bitfit-share"}, test_setup=MICRO_VIT,
+                     learning=_LEARNING,
                      help="BitFit in FL: only biases and the head are trained and sent"),
     "fedper": Recipe(slots={"split": {"name": "fedper-share", "personal": r"^head\."}, "aggregate": "fedavg",
                             **_PERSONAL}, plugins=("from-scratch",),

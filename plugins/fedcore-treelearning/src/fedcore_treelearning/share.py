@@ -29,6 +29,22 @@ from fedcore_treelearning.strips import check_tiling
 from fedcore_treelearning.tree import MODES, VERTICAL, TreeServer, unit_entries
 
 
+def client_flops(ctx: Any, split: int, strip: tuple[int, int] | None) -> tuple[float, float]:
+    """FLOPs per sample of the client part (units 1..split-1): forward, and forward + backward, from the plan's
+    profile (the solver's and the event model's numbers), scaled by the strip's share of the width in vertical mode.
+
+    The share's module is the whole model (only the client units are trainable), so the clock would otherwise price
+    a client at the whole model's forward and a backward down to unit 1."""
+    plan = plan_of(ctx)
+    assert plan.profile is not None, "the plan is solved before any share is cut"
+    units = plan.profile.units[:split - 1]
+    fraction = 1.0
+    if strip is not None:
+        width = sum(b - a for a, b in plan.bounds.values())
+        fraction = (strip[1] - strip[0]) / width
+    return (fraction * sum(u.forward_flops for u in units), fraction * sum(u.train_flops for u in units))
+
+
 def _ints(value: Any) -> tuple[int, ...] | None:
     return None if value is None else tuple(value)
 
@@ -120,8 +136,9 @@ class TreeShare:
         sd = module.state_dict()
         download = tuple(k for k in part if k not in own)
         upload = tuple(k for k in part if sd[k].is_floating_point()) if self.relay else ()
+        strip = getattr(server, "bounds", {}).get(client.id)
         meta = {"split": split, "client_units": split - 1, "mode": self.mode, "relay": self.relay,
-                "batch_size": self.batch_size, "strip": getattr(server, "bounds", {}).get(client.id)}
+                "batch_size": self.batch_size, "strip": strip, "flops_per_sample": client_flops(ctx, split, strip)}
         return Share(module=module, download=download, upload=upload,  # type: ignore[arg-type]  # attrs converter
                      endpoint=server, meta=meta)
 

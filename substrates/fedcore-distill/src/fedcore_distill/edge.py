@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import fedcore
 from fedcore import RoundContext
 from fedcore.data import gather
+from fedcore.runtime import book_samples
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share
@@ -59,6 +60,9 @@ class EdgeKDTrain:
     t2_scale: bool = setting(True, help="multiply the KD term by T^2 (FedML); False = the literal Eq. 14")
     augment: bool = setting(True, help="random crop (2 px) + flip during local training")
     feature_dtype: str = setting("float32", choices=("float32", "float16"), help="features on the wire")
+    extract_augment: bool = setting(False, help="spec 002 A10: extract the uplink features from augmented images "
+                                                "(FedML's train transforms; the edge stays in eval mode); False = "
+                                                "clean images")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -104,11 +108,14 @@ class EdgeKDTrain:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                book_samples(module, len(pos))  # the loop runs ``edge``, not the share's module: book the batch
                 total += float(loss.detach()) * len(pos)
                 seen += len(pos)
         state.stash[EDGE_OPTIMIZER] = opt.state_dict()
         state.tensors = {EDGE_PREFIX + k: v.detach().clone() for k, v in edge.state_dict().items()}
-        packet = self.extract(client.id, edge, data.dataset, ids)
+        packet = self.extract(client.id, edge, data.dataset, ids, crops if self.extract_augment else None)
+        for chunk in ids.split(self.extract_chunk):  # the extraction pass: one forward of every sample
+            book_samples(module, len(chunk), train=False)
         return ClientUpdate(client_id=client.id, tensors=packet.entries(), num_examples=len(ids),
                             metrics={"loss": total / max(seen, 1), "kd_loss": kd_total / max(seen, 1)})
 
@@ -117,8 +124,9 @@ class EdgeKDTrain:
                          ctx: RoundContext) -> JobPlan | None:
         """A dry run: the uplink of every sample (id, features, edge logits, label) and the training steps.
 
-        Shapes come from the edge model on the meta ``example``; the loop runs ``edge``, not the share's module,
-        so the job's meter counts no samples (the clock prices ``samples`` of training, as for a real job)."""
+        Shapes come from the edge model on the meta ``example``. The real loop books every training batch and the
+        extraction pass on the job's meter (:func:`fedcore.runtime.book_samples`), so the clock prices
+        ``epochs x samples`` of training (less skipped one-sample batches) and one forward of every sample."""
         module = share.module
         if not isinstance(module, EdgeClient):
             return None
@@ -129,17 +137,26 @@ class EdgeKDTrain:
         messages = [Message(direction="up", kind=share.kinds.get(name, "weights"), nbytes=samples * n)
                     for name, n in per.items()]
         sizes = [min(self.batch_size, samples - i) for i in range(0, samples, self.batch_size)]
-        steps = self.epochs * sum(1 for b in sizes if not b == 1 < samples)
-        return JobPlan(messages=messages, train_samples=0, num_examples=samples, steps=steps,
+        trained = [b for b in sizes if not b == 1 < samples]
+        return JobPlan(messages=messages, train_samples=self.epochs * sum(trained), eval_samples=samples,
+                       num_examples=samples, steps=self.epochs * len(trained),
                        batch_size=min(self.batch_size, max(samples, 1)))
 
-    def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor) -> FeaturePacket:
-        """The uplink: features, logits and labels of every sample, edge model in eval mode."""
+    @property
+    def extract_chunk(self) -> int:
+        return max(self.batch_size, 256)
+
+    def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor,
+                crops: torch.Generator | None = None) -> FeaturePacket:
+        """The uplink: features, logits and labels of every sample, edge model in eval mode (images augmented
+        with ``crops`` when given: ``extract_augment``)."""
         edge.eval()
         feats, logits, labels = [], [], []
         with torch.no_grad():
-            for chunk in ids.split(max(self.batch_size, 256)):
+            for chunk in ids.split(self.extract_chunk):
                 x, y = fetch(dataset, chunk)
+                if crops is not None:
+                    x = augment(x, crops)
                 z, h = edge.forward_with_features(x)
                 feats.append(h.to(getattr(torch, self.feature_dtype)))
                 logits.append(z)

@@ -1,8 +1,8 @@
 """Evaluate slot of a distillation run: every client's final model ``server o extractor_k`` and its edge model.
 
 Server accuracy is the mean over clients of the top-1 of ``f_t(f_e^(k)(x))`` on the full test set (FedML's
-protocol, spec A12), with the eval head the mean of the class and distillation heads; each head's accuracy and
-the edge models' accuracy (Fig. 5) are reported too.
+protocol, spec A12), with the eval head the mean of the class and distillation heads (``eval_head``, A6); each
+head's accuracy and the edge models' accuracy (Fig. 5) are reported too.
 """
 from __future__ import annotations
 
@@ -22,6 +22,16 @@ from fedcore.types import ClientInfo, ClientState
 from fedcore_distill.edge import fetch
 from fedcore_distill.share import EDGE_PREFIX, edge_of, require_kd_system
 
+HEADS = ("mean", "cls", "dist")
+"""Spec 002 A6: which server output counts, the mean of the class and distillation heads (DeiT's eval output) or
+one of them (a server without a distillation token has one head: all three are equal)."""
+
+
+def pick_head(cls_logits: torch.Tensor, dist_logits: torch.Tensor, head: str) -> torch.Tensor:
+    """The logits of ``head`` (one of :data:`HEADS`)."""
+    return {"mean": lambda: (cls_logits + dist_logits) / 2, "cls": lambda: cls_logits,
+            "dist": lambda: dist_logits}[head]()
+
 
 def server_heads(server: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     hybrid = sys.modules.get("fedcore_distill.hybrid_vit")  # not imported: the server is no HybridViT (nor timm)
@@ -36,6 +46,8 @@ class KDEval:
     """Evaluate slot: server accuracy (mean over clients of server o extractor_k), per head, and edge accuracy."""
 
     batch_size: int = setting(256, low=1)
+    eval_head: str = setting("mean", choices=HEADS, help="spec 002 A6: the server output test_accuracy and "
+                                                         "test_loss score (cls_ and dist_accuracy are reported too)")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -65,7 +77,7 @@ class KDEval:
                     x, y = fetch(dataset, chunk)
                     z_edge, h = edge.forward_with_features(x)
                     cls_logits, dist_logits = server_heads(server, h)
-                    mean = (cls_logits + dist_logits) / 2
+                    mean = pick_head(cls_logits, dist_logits, self.eval_head)
                     hits["test_accuracy"] += float((mean.argmax(-1) == y).sum())
                     hits["cls_accuracy"] += float((cls_logits.argmax(-1) == y).sum())
                     hits["dist_accuracy"] += float((dist_logits.argmax(-1) == y).sum())

@@ -24,6 +24,7 @@ from fedcore.builtin import working_copy
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate
+from fedcore_distill.evaluate import HEADS, pick_head, server_heads
 from fedcore_distill.losses import soft_kd, two_head_loss
 from fedcore_distill.messages import TEACHER_IDS, TEACHER_LOGITS, FeaturePacket, check_feature_shapes
 from fedcore_distill.share import require_kd_system
@@ -56,6 +57,8 @@ class KDServer:
                                help="minibatches across clients (A8); FedML goes client by client")
     logits_pass: str = setting("last-epoch", choices=("last-epoch", "eval"),
                                help="server logits from the last epoch in train mode (FedML) or an eval pass")
+    server_logits_head: str = setting("mean", choices=HEADS,
+                                      help="spec 002 A6: the server output sent back as soft labels")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -116,7 +119,7 @@ class KDServer:
                 opt.step()
                 if epoch == self.epochs - 1:
                     cls_logits, dist_logits = _heads(out)
-                    mean = ((cls_logits + dist_logits) / 2).detach()
+                    mean = pick_head(cls_logits, dist_logits, self.server_logits_head).detach()
                     server_logits[idx] = mean
                     total += float(loss.detach()) * len(idx)
                     correct += int((mean.argmax(-1) == labels[idx]).sum())
@@ -124,7 +127,8 @@ class KDServer:
         if self.logits_pass == "eval":
             server.eval()
             with torch.no_grad():
-                server_logits = torch.cat([server(chunk) for chunk in feats.split(256)])
+                server_logits = torch.cat([pick_head(*server_heads(server, chunk), self.server_logits_head)
+                                           for chunk in feats.split(256)])
         train_acc = correct / max(seen, 1)
         sched.step(train_acc)  # FedML steps on test accuracy; the server only sees its training accuracy
         stash[SERVER_OPTIMIZER] = opt.state_dict()

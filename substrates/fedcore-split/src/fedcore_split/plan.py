@@ -83,7 +83,7 @@ def plan_split_job(share: Share, samples: int, example: torch.Tensor, *, epochs:
         if queries:
             sent.update({("down", QUERY_OUT, queries * b * b_bytes): 1, ("up", LOSSES, queries * NUMBER_BYTES): 1})
     messages = [Message(direction=d, kind=k, nbytes=n, count=c) for (d, k, n), c in sent.items()]
-    return JobPlan(messages=(*messages, *upload_messages(share)), train_samples=0, num_examples=samples,
+    return JobPlan(messages=(*messages, *upload_messages(share)), train_samples=sum(sizes), num_examples=samples,
                    steps=len(sizes), batch_size=min(batch_size, max(samples, 1)))
 
 

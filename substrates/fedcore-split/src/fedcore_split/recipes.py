@@ -7,18 +7,21 @@ from fedcore import Recipe
 
 MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of a split recipe (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
+LEARNING: dict[str, Any] = {"rounds": 10, "setup": {"pipeline": {"local_update": {"lr": 0.01},
+                                                                 "split": {"server_lr": 0.01}}}}
+"""The learning check's setup (``fedcore.experiment.learning``): Adam 1e-2 on both segments, 10 rounds."""
 
 RECIPES = {
     "sl": Recipe(slots={"split": "split-share", "local_update": "split-train", "aggregate": "fedavg",
                         "schedule": "sl-turns"},
                  help="vanilla split learning: clients take turns, segments relayed, server stepped per batch",
-                 test_setup=MICRO_VIT),
+                 test_setup=MICRO_VIT, learning=LEARNING),
     "splitfed-v1": Recipe(slots={"split": {"name": "split-share", "server_update": "copies"},
                                  "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
                           help="SplitFed V1 (Thapa et al. 2022): parallel clients, a server copy each, averaged",
-                          test_setup=MICRO_VIT),
+                          test_setup=MICRO_VIT, learning=LEARNING),
     "splitfed-v2": Recipe(slots={"split": {"name": "split-share", "server_update": "sequential"},
                                  "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
                           help="SplitFed V2: parallel clients, one server segment stepped per batch in client order",
-                          test_setup=MICRO_VIT),
+                          test_setup=MICRO_VIT, learning=LEARNING),
 }

@@ -23,6 +23,7 @@ from torch import nn
 
 from fedcore.data import batches
 from fedcore.errors import ConfigError
+from fedcore.runtime import book_samples
 from fedcore.stash import StashKey
 from fedcore.training import make_optimizer
 from fedcore.types import ClientData, ClientState, Share
@@ -68,6 +69,7 @@ def train_split(share: Share, data: ClientData, ctx: Any, *, epochs: int, batch_
                 else:
                     loss_value = _u_step(module, server, h, y, final, bottom_grad, zo_eps, zo_gen)
                 opt.step()
+                book_samples(module, len(y))  # the loop runs the parts, not module.forward: the clock's work unit
                 loss_sum += loss_value * len(y)
                 seen += len(y)
     if keep_optimizer is not None:
