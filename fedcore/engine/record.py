@@ -3,20 +3,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from fedcore.contexts import RoundContext
 from fedcore.engine.aggregate_check import aggregate_component, check_fit, numeric_problem
-from fedcore.types import AggregateResult, ClientUpdate
+from fedcore.engine.state import EVENT_KEYS, ClosedRound, EngineParts
+from fedcore.types import AggregateResult
 
-if TYPE_CHECKING:
-    from fedcore.engine.loop import Engine
-
-EVENT_KEYS = ("failed", "rejected", "dropped", "share_changed", "cancelled", "unavailable", "dropout", "lost")
-"""History-row keys for what happened to clients in a round (present only when non-empty)."""
+__all__ = ["EVENT_KEYS", "aggregate", "load_entries"]
 
 log = logging.getLogger("fedcore")
 
@@ -35,43 +32,30 @@ def load_entries(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
             own[k].copy_(v)
 
 
-def runtime_metrics(engine: Engine) -> dict[str, Any]:
-    """Virtual time, Co-S2P's resource utilisation (Eq. 17) of this aggregation, and busy fractions."""
-    out: dict[str, Any] = {"virtual_time": engine.now}
-    times = list(engine.arrival_times.values())
-    if times and max(times) > 0:
-        out["ru"] = sum(times) / (len(times) * max(times))
-    if engine.now > 0:
-        busy = dict(engine.busy_s)
-        for _, c, item in engine.in_flight:  # partly done work of jobs still running
-            busy[c] += max(0.0, min(engine.now, item.arrival) - item.dispatched_at)
-        per_client = [busy[c] / engine.now for c in sorted(busy)]
-        out["utilisation"] = sum(per_client) / len(per_client)
-        out["client_utilisation"] = [round(u, 6) for u in per_client]
-    if engine.clock is not None:
-        out.update(engine.clock.collect())
-    return out
+def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, runtime: dict[str, Any],
+              round_wall: float, start_wall: float) -> dict[str, Any]:
+    """Aggregate the closed round's arrivals into the global model; returns the round's history row.
 
-
-def aggregate(engine: Engine, ctx: RoundContext, arrived: list[ClientUpdate], events: dict[str, list[Any]],
-              round_wall: float, start_wall: float, ledger_mark: int) -> dict[str, Any]:
-    """Aggregate the arrivals into the global model and build the round's history row."""
-    run = engine.run_ctx
+    ``runtime`` is the engine state's :meth:`~fedcore.engine.state.EngineState.utilisation` of the round
+    (recorded only under a clock).
+    """
+    run = parts.run
+    arrived, events = closed.arrived, closed.events
     server = run.server
     agg_metrics: dict[str, float] = {}
     failure: str | None = None
     fault: dict[str, str] | None = None
     if arrived:
         arrived.sort(key=lambda u: u.client_id)
-        result: AggregateResult = engine.hooks.fedcore_aggregate(model=server.model, updates=arrived, ctx=ctx)
-        check_fit(server.model, result.state, engine.pipeline)
+        result: AggregateResult = parts.hooks.fedcore_aggregate(model=server.model, updates=arrived, ctx=ctx)
+        check_fit(server.model, result.state, parts.pipeline)
         problem = numeric_problem(result.state)
         if problem is None:
             load_entries(server.model, result.state)
             for cid, view in result.per_client.items():
                 server.client_views[int(cid)] = view
         else:  # keep the old model: one bad aggregate must not poison every later round
-            component = aggregate_component(engine.pipeline)
+            component = aggregate_component(parts.pipeline)
             fault = {"component": component, "problem": problem}
             failure = f"the aggregate from {component} was refused: {problem}"
         agg_metrics = dict(result.metrics)
@@ -96,19 +80,20 @@ def aggregate(engine: Engine, ctx: RoundContext, arrived: list[ClientUpdate], ev
         record["round_failed"] = failure
     if fault is not None:
         record["aggregate_fault"] = fault
-    new_rows = run.ledger.rows[ledger_mark:]
+    new_rows = run.ledger.rows[closed.ledger_mark:]
     record["bytes_up"] = sum(r.nbytes for r in new_rows if r.direction == "up")
     record["bytes_down"] = sum(r.nbytes for r in new_rows if r.direction == "down")
     record["bytes_up_total"] = run.ledger.total(direction="up")
     record["bytes_down_total"] = run.ledger.total(direction="down")
     record.update({f"agg_{k}": float(v) for k, v in agg_metrics.items()})
-    if server.version % engine.eval_every == 0 or server.version == run.rounds:
-        metrics = engine.hooks.fedcore_evaluate(model=server.model, dataset=run.test, clients=run.clients,
+    if server.version % parts.eval_every == 0 or server.version == run.rounds:
+        metrics = parts.hooks.fedcore_evaluate(model=server.model, dataset=run.test, clients=run.clients,
                                                 states=run.client_states, ctx=ctx)
         record.update({k: float(v) for k, v in metrics.items()})
-    record.update(engine.hooks.fedcore_collect_metrics(ctx=ctx))
-    if engine.clock is not None:
-        record.update(runtime_metrics(engine))
+    record.update(parts.hooks.fedcore_collect_metrics(ctx=ctx))
+    if parts.clock is not None:
+        record.update(runtime)
+        record.update(parts.clock.collect())
     record["round_wall_s"] = time.perf_counter() - round_wall
     record["wall_s"] = time.perf_counter() - start_wall
     return record

@@ -38,7 +38,7 @@ def make(checkpoint=None, *, share=None, rounds=5):
 def reference():
     engine = make()
     busy_after = []
-    engine.on_round = lambda record: busy_after.append(len(engine.in_flight))
+    engine.on_round = lambda record: busy_after.append(len(engine.state.in_flight))
     return engine.run(), busy_after
 
 
