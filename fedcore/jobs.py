@@ -23,7 +23,7 @@ from fedcore.network import Channel, Transfer, send_entries
 from fedcore.runtime.job_rng import cohort_rng, job_torch_rng
 from fedcore.runtime.meter import count_samples
 from fedcore.runtime.placement import Placement, training_precision
-from fedcore.types import ClientData, ClientFailed, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore.types import ClientData, ClientFailed, ClientInfo, ClientState, ClientUpdate, Share, aux_kind
 
 __all__ = ["ClientJob", "Executor", "InlineExecutor", "JobResult", "run_cohort"]
 
@@ -175,8 +175,12 @@ def _upload(job: ClientJob, outcome: ClientUpdate | ClientFailed, work: dict[str
         assert isinstance(outcome, ClientUpdate)
         try:
             sent = send_entries(job.channel.up, outcome.tensors, job.share.kinds)
+            # server-bound tensors, each under its own ledger kind (fedcore.types.ServerTensors)
+            aux = send_entries(job.channel.up, outcome.aux, {n: aux_kind(job.share.kinds, n) for n in outcome.aux}) \
+                if outcome.aux else {}
             update = attrs.evolve(outcome, tensors=sent, version=job.version, client_id=job.client.id,
-                                  meta={**job.share.meta, **outcome.meta}, share_signature=job.share.signature)
+                                  meta={**job.share.meta, **outcome.meta}, share_signature=job.share.signature,
+                                  aux=aux)
             job.state.rounds_participated += 1
         except Exception:  # an unsendable update is this client's failure
             update, error = None, traceback.format_exc()

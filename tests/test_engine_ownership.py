@@ -24,7 +24,7 @@ WRITES_ALLOWED = {
     # (module, base of the written attribute): why
     ("loop.py", "run"): "set-up fills the RunContext (partition, clients, client states): the engine owns it",
     ("record.py", "server"): "aggregation advances ServerState.version, the global model's version",
-    ("checkpoint.py", "server"): "resume puts ServerState.version back",
+    ("checkpoint.py", "server"): "resume puts ServerState.version and its server-state channel back",
     ("checkpoint.py", "cs"): "resume puts each ClientState's tensors and participation count back",
     ("checkpoint.py", "run.ledger"): "resume puts the ledger's rows back",
     ("ray_cluster.py", "constants"): "Ray's constant read at import, switched and restored around a local start",

@@ -12,7 +12,8 @@ either the previous checkpoints or the new one, never half of one. Nothing is un
 tensors come from safetensors, the rest from JSON. A checkpoint whose checksums do not match is
 reported and skipped; resume falls back to the newest good one.
 
-What is captured: the global model and its version, the server's client views and stash, every
+What is captured: the global model and its version, the server's client views, stash and server-state channel
+(``ServerState.aux``: shared and per-client tensors, their kinds, what is sent), every
 client's tensors, stash and participation count, the run stash and settings, the network ledger,
 the history, the engine's runtime state (:meth:`Engine.runtime_state`, :mod:`fedcore.engine.state`: virtual time,
 busy time, updates still in flight under asynchronous schedules, and the scheduler policy's and the clock's
@@ -48,7 +49,7 @@ import torch
 from fedcore.engine.history import History
 from fedcore.engine.state_codec import CheckpointError, decode, encode, encode_stash, restore_stash
 from fedcore.network import Transfer
-from fedcore.types import ClientUpdate
+from fedcore.types import ClientUpdate, ServerTensors
 
 if TYPE_CHECKING:
     from fedcore.contexts import RunContext
@@ -106,7 +107,7 @@ def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], w
                               "base": dict(update.base), "num_examples": update.num_examples,
                               "metrics": dict(update.metrics), "version": update.version,
                               "staleness": update.staleness, "meta": dict(update.meta),
-                              "share_signature": update.share_signature}
+                              "share_signature": update.share_signature, "aux": dict(update.aux)}
     state = {
         "format": FORMAT,
         "round": server.version,
@@ -116,7 +117,11 @@ def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], w
         "server": {"version": server.version,
                    "model": encode(server.model.state_dict(), "server/model", tensors),
                    "client_views": encode(dict(server.client_views), "server/client_views", tensors),
-                   "stash": encode_stash(server.stash, "server/stash", tensors)},
+                   "stash": encode_stash(server.stash, "server/stash", tensors),
+                   "aux": {"shared": encode(dict(server.aux.shared), "server/aux/shared", tensors),
+                           "per_client": {str(c): encode(dict(t), f"server/aux/client{c}", tensors)
+                                          for c, t in sorted(server.aux.per_client.items())},
+                           "kinds": dict(server.aux.kinds), "send": list(server.aux.send)}},
         "clients": clients,
         "run": {"stash": encode_stash(run.stash, "run/stash", tensors),
                 "settings": encode(dict(run.settings), "run/settings", tensors)},
@@ -151,6 +156,11 @@ def restore(run: RunContext, state: Mapping[str, Any], tensors: Mapping[str, tor
     server.client_views.clear()
     server.client_views.update({int(k): v for k, v in decode(state["server"]["client_views"], tensors).items()})
     restore_stash(server.stash, decode(state["server"]["stash"], tensors), "server")
+    aux = state["server"].get("aux")  # the server-state channel (absent in checkpoints written before it existed)
+    if aux is not None:
+        server.aux = ServerTensors(shared=dict(decode(aux["shared"], tensors)),
+                                   per_client={int(c): dict(decode(t, tensors)) for c, t in aux["per_client"].items()},
+                                   kinds=dict(aux["kinds"]), send=list(aux["send"]))
     for saved in state["clients"]:
         cs = run.client_states[int(saved["id"])]
         cs.tensors = dict(decode(saved["tensors"], tensors))

@@ -22,7 +22,7 @@ from fedcore.errors import ConfigError, MissingSlotError
 from fedcore.jobs import ClientJob, JobResult
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.rng import derive_seed, numpy_generator
-from fedcore.types import ClientInfo, Share, TensorDict
+from fedcore.types import ClientInfo, ServerTensors, Share, TensorDict
 
 
 def apply_client_view(share: Share, view: TensorDict | None) -> None:
@@ -35,6 +35,17 @@ def apply_client_view(share: Share, view: TensorDict | None) -> None:
         return
     wanted = set(share.download)
     share.module.load_state_dict({k: v for k, v in view.items() if k in wanted}, strict=False)
+
+
+def with_server_state(share: Share, aux: ServerTensors, down: TensorDict, channel: Channel) -> Share:
+    """The share with ``down`` (the server-state channel's download for this client, sent and booked under each
+    tensor's own kind) as ``share.aux``, and the kinds its auxiliary uploads cross under. The share itself when the
+    method keeps no server state."""
+    if not aux:
+        return share
+    kinds = {name: aux.kind_of(name) for name in aux.kinds}
+    received = send_entries(channel.down, down, {n: aux.kind_of(n) for n in down}) if down else {}
+    return attrs.evolve(share, aux=received, kinds={**kinds, **share.kinds})
 
 
 def build_job(parts: EngineParts, client: ClientInfo, ctx: RoundContext, *, private_state: bool = False
@@ -56,7 +67,10 @@ def build_job(parts: EngineParts, client: ClientInfo, ctx: RoundContext, *, priv
     if missing:
         raise MissingSlotError(f"share of client {client.id} downloads entries its module does not have: {missing[:8]}")
     sent = {k: own[k] for k in share.download}
-    downloaded = send_entries(channel.down, sent, share.kinds)
+    aux_down = run.server.aux.download_for(client.id) if run.server.aux else {}
+    # a share that downloads nothing still costs a (empty) message, unless server state comes down with it
+    downloaded = send_entries(channel.down, sent, share.kinds) if sent or not aux_down else {}
+    share = with_server_state(share, run.server.aux, aux_down, channel)
     run.ledger.book(channel)  # the download happens now
     with torch.no_grad():
         for k, v in downloaded.items():

@@ -98,7 +98,7 @@ def test_the_ledger_carries_exactly_the_message_fields():
 
 def test_server_logits_reach_their_samples_by_id_under_shuffling():
     result = micro_run(rounds=1, aggregate={"logits_pass": "eval"})
-    system, views = result.model, result.run.server.client_views
+    system, views = result.model, result.run.server.aux.per_client  # the server-state channel keeps them
     train, _ = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
     from fedcore_distill import edge_of
 
