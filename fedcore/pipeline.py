@@ -383,7 +383,7 @@ class Pipeline:
     def run(self, *, model: Any, train: Any, test: Any = None, num_clients: int, rounds: int, seed: int = 0,
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
             out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None,
-            device: Any = None, precision: str = "fp32") -> RunResult:
+            device: Any = None, precision: str = "fp32", client_metrics: bool = False) -> RunResult:
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device
@@ -394,14 +394,16 @@ class Pipeline:
         (``fedcore.engine.checkpoint.Checkpointer(dir, every=1, resume=...)``) saves every k rounds and resumes.
         ``device`` (``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"``; ``None``: where the model is) and
         ``precision`` (``"fp32" | "bf16" | "fp16"``) place the model and data once and set client training's
-        arithmetic (docs/runtime.md, "Devices and precision").
+        arithmetic (docs/runtime.md, "Devices and precision"). ``client_metrics``: each history row also lists every
+        aggregated update's metrics (``client_metrics``; the per-round ``client_<m>`` columns are always there).
         """
         from fedcore.engine.loop import Engine
         from fedcore.engine.spec import RunSpec
 
         spec = RunSpec(model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
                        eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
-                       on_round=on_round, faults=faults, checkpoint=checkpoint, device=device, precision=precision)
+                       on_round=on_round, faults=faults, checkpoint=checkpoint, device=device, precision=precision,
+                       client_metrics=client_metrics)
         return Engine(self, spec).run()
 
 

@@ -102,7 +102,8 @@ class Engine:
         scheduler = adapt_scheduler(self.hooks.fedcore_make_scheduler(clients=run.clients, run=run))
         self._parts = EngineParts(pipeline=self.pipeline, hooks=self.hooks, run=run, scheduler=scheduler,
                                   clock=self.clock, faults=self.faults, placement=self.placement,
-                                  executor=self.executor, submit=self.submit, eval_every=self.eval_every)
+                                  executor=self.executor, submit=self.submit, eval_every=self.eval_every,
+                                  client_metrics=self.spec.client_metrics)
         if self.clock is not None:
             self.clock.bind(run, self.pipeline)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -11,9 +12,9 @@ from torch import nn
 from fedcore.contexts import RoundContext
 from fedcore.engine.aggregate_check import aggregate_component, check_fit, numeric_problem
 from fedcore.engine.state import EVENT_KEYS, ClosedRound, EngineParts
-from fedcore.types import AggregateResult
+from fedcore.types import AggregateResult, ClientUpdate
 
-__all__ = ["EVENT_KEYS", "aggregate", "load_entries"]
+__all__ = ["EVENT_KEYS", "aggregate", "client_metric_columns", "load_entries", "numeric_metrics", "per_client_metrics"]
 
 log = logging.getLogger("fedcore")
 
@@ -30,6 +31,41 @@ def load_entries(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
                 raise ValueError(f"aggregate entry {k!r} has shape {tuple(v.shape)}, the global model has "
                                  f"{tuple(own[k].shape)}")
             own[k].copy_(v)
+
+
+def numeric_metrics(update: ClientUpdate) -> dict[str, float]:
+    """The numbers a local update reported (bools, strings, tensors of more than one value and NaN are left out)."""
+    out = {}
+    for key, value in update.metrics.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[str(key)] = float(value)
+    return out
+
+
+def client_metric_columns(arrived: list[ClientUpdate]) -> dict[str, float]:
+    """Every metric the round's aggregated updates reported: ``client_<name>`` (mean weighted by each update's
+    ``num_examples``, over the updates that reported it), ``client_<name>_min`` and ``client_<name>_max``."""
+    values: dict[str, list[tuple[float, int]]] = {}
+    for u in arrived:
+        for key, value in numeric_metrics(u).items():
+            values.setdefault(key, []).append((value, u.num_examples))
+    out: dict[str, float] = {}
+    for key in sorted(values):
+        pairs = values[key]
+        weight = sum(n for _, n in pairs)
+        mean = sum(v * n for v, n in pairs) / weight if weight > 0 else sum(v for v, _ in pairs) / len(pairs)
+        out[f"client_{key}"] = float(mean)
+        out[f"client_{key}_min"] = min(v for v, _ in pairs)
+        out[f"client_{key}_max"] = max(v for v, _ in pairs)
+    return out
+
+
+def per_client_metrics(arrived: list[ClientUpdate]) -> list[dict[str, Any]]:
+    """One entry per aggregated update (client order): its client, weight, staleness and numeric metrics."""
+    return [{"client": u.client_id, "num_examples": u.num_examples, "staleness": u.staleness, **numeric_metrics(u)}
+            for u in arrived]
 
 
 def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, runtime: dict[str, Any],
@@ -71,6 +107,9 @@ def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, run
     if losses:
         record["train_loss"] = float(sum(loss * n for loss, n in losses) / sum(n for _, n in losses))
     record["num_examples"] = total
+    record.update(client_metric_columns(arrived))
+    if parts.client_metrics:
+        record["client_metrics"] = per_client_metrics(arrived)
     if any(u.staleness for u in arrived):
         record["max_staleness"] = max(u.staleness for u in arrived)
     for key, items in events.items():

@@ -75,6 +75,7 @@ class EngineParts:
     executor: Any
     submit: Callable[[Any], list[Any]] | None  # a parallel executor's submit(jobs) -> handles, or None
     eval_every: int
+    client_metrics: bool = False  # rows carry every aggregated update's metrics (RunSpec.client_metrics)
 
 
 @attrs.frozen(kw_only=True, eq=False)
