@@ -131,8 +131,8 @@ class Engine:
                 arrivals.wait(parts, state, ctx, refill=functools.partial(dispatch.dispatch, parts, state, ctx))
                 arrivals.cancel_stragglers(parts, state)
                 closed = state.close_round()
-                row = record.aggregate(parts, ctx, closed, runtime=state.utilisation(closed), round_wall=round_wall,
-                                       start_wall=start_wall)
+                row = record.aggregate(parts, ctx, closed, runtime=functools.partial(state.utilisation, closed),
+                                       round_wall=round_wall, start_wall=start_wall)
                 state.mark_ledger(len(run.ledger.rows))
                 self.history.rows.append(row)
                 self.hooks.fedcore_round_end(ctx=ctx, record=row)

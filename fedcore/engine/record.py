@@ -1,6 +1,7 @@
 """Aggregation and the round's history row: merge the arrivals, evaluate, collect metrics and runtime numbers."""
 from __future__ import annotations
 
+from collections.abc import Callable
 import logging
 import math
 import time
@@ -68,12 +69,12 @@ def per_client_metrics(arrived: list[ClientUpdate]) -> list[dict[str, Any]]:
             for u in arrived]
 
 
-def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, runtime: dict[str, Any],
+def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, runtime: Callable[[], dict[str, Any]],
               round_wall: float, start_wall: float) -> dict[str, Any]:
     """Aggregate the closed round's arrivals into the global model; returns the round's history row.
 
-    ``runtime`` is the engine state's :meth:`~fedcore.engine.state.EngineState.utilisation` of the round
-    (recorded only under a clock).
+    ``runtime`` gives the engine state's :meth:`~fedcore.engine.state.EngineState.utilisation` of the round when
+    the row is complete (asked only under a clock).
     """
     run = parts.run
     arrived, events = closed.arrived, closed.events
@@ -131,7 +132,7 @@ def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, run
         record.update({k: float(v) for k, v in metrics.items()})
     record.update(parts.hooks.fedcore_collect_metrics(ctx=ctx))
     if parts.clock is not None:
-        record.update(runtime)
+        record.update(runtime())
         record.update(parts.clock.collect())
     record["round_wall_s"] = time.perf_counter() - round_wall
     record["wall_s"] = time.perf_counter() - start_wall

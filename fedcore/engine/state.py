@@ -146,6 +146,10 @@ class EngineState:
         """Move virtual time forward to ``to`` (never back)."""
         self.now = max(self.now, to)
 
+    def elapse(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass on the server (work between arrivals, such as an aggregation's)."""
+        self.now += max(0.0, float(seconds))
+
     def pop_arrival(self) -> InFlight:
         """The next job to arrive; virtual time moves to its arrival and its busy time is counted."""
         _, _, item = heapq.heappop(self.in_flight)
