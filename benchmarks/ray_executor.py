@@ -19,7 +19,7 @@ import torch
 
 from fedcore.builtin import IIDPartition, SGDUpdate, UniformSync
 from fedcore.data import load_digits
-from fedcore.engine.executor import InlineExecutor
+from fedcore.jobs import InlineExecutor
 from fedcore.models import micro_vit
 from fedcore.pipeline import Pipeline
 

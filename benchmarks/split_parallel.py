@@ -24,8 +24,8 @@ speed-up is bounded by the free cores: on the shared 2-core machine it is at mos
 from __future__ import annotations
 
 import argparse
-import time
 from concurrent.futures import ThreadPoolExecutor
+import time
 
 from sidebyside import interleave
 import torch
@@ -33,7 +33,7 @@ import torch
 from fedcore import Pipeline
 from fedcore.builtin import IIDPartition, UniformSync
 from fedcore.data import load_digits
-from fedcore.engine.client_job import run_cohort
+from fedcore.jobs import run_cohort
 from fedcore.models import micro_vit
 from fedcore_split import SplitFedV1, VanillaSL
 

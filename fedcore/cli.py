@@ -117,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summary table and plots of run directories, or statistics of a sweep")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR|SWEEP_DIR")
     report.add_argument("--out", metavar="DIR", help="where plots go (default: RUN_DIR/report, or runs/report-A-vs-B)")
-    report.add_argument("--metric", help="the accuracy key to plot (default: test_accuracy or the first *accuracy)")
+    report.add_argument("--metric", help="the key to plot: any numeric column, e.g. client_kd_loss (default: "
+                                         "test_accuracy or the first *accuracy)")
     report.add_argument("--baseline", metavar="SETTING",
                         help="a sweep's setting the others are compared with, paired by seed (default: its first)")
     return top

@@ -1,12 +1,14 @@
 """Hook specifications for fedcore plugins.
 
-Three kinds of hooks, in three sections below:
+Four kinds of hooks, in four sections below, stated once in :data:`HOOK_KINDS` (``docs/hooks.md``'s
+table of kinds is generated from it by ``scripts/hook_kinds.py``):
 
 * **Registration hooks** are called once per process by the plugin catalogue.
 * **Slot hooks** are points of variation: ``firstresult=True``, exactly one provider per pipeline,
   any number of ``wrapper=True`` wrappers around the provider. A slot with no provider gets the
   built-in default; two providers are an error naming both.
 * **Observer hooks** are broadcasts: every implementation runs, in pipeline order.
+* **Answer hooks** are ``firstresult=True`` questions that any component may answer; no provider needed.
 
 Call every hook with keyword arguments only. Hooks run at round/client granularity, never per
 batch: inside a local update, write plain torch. ``docs/hooks.md`` maps every seed method onto
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pluggy
 
 if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest/tox pattern)
@@ -24,7 +27,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
-    from fedcore.engine.client_job import ClientJob
+    from fedcore.jobs import ClientJob
     from fedcore.pipeline import Pipeline
     from fedcore.registry import ComponentRegistry
     from fedcore.scheduling import Scheduler
@@ -226,6 +229,26 @@ def fedcore_client_done(client: ClientInfo, update: ClientUpdate, ctx: RoundCont
     """A client's update arrived at the server (accepted or not, before aggregation)."""
 
 
+@hookspec
+def fedcore_collect_metrics(ctx: RoundContext) -> Mapping[str, float] | None:
+    """Contribute extra metrics to the round's history row; a key given twice is an error."""
+
+
+@hookspec
+def fedcore_round_end(ctx: RoundContext, record: Mapping[str, Any]) -> None:
+    """A round's history row is complete (after aggregation and evaluation)."""
+
+
+@hookspec
+def fedcore_run_end(run: RunContext, history: Sequence[Mapping[str, Any]]) -> None:
+    """The run finished; ``history`` is the full list of round rows."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer hooks: firstresult among whichever components implement them; no provider needed
+# ---------------------------------------------------------------------------------------------
+
+
 @hookspec(firstresult=True)
 def fedcore_adapt_update(update: ClientUpdate, model: nn.Module, ctx: RoundContext
                          ) -> ClientUpdate | DropUpdate | None:
@@ -257,21 +280,6 @@ def fedcore_plan_job(client: ClientInfo, share: Share, samples: int, example: to
     """
 
 
-@hookspec
-def fedcore_collect_metrics(ctx: RoundContext) -> Mapping[str, float] | None:
-    """Contribute extra metrics to the round's history row; a key given twice is an error."""
-
-
-@hookspec
-def fedcore_round_end(ctx: RoundContext, record: Mapping[str, Any]) -> None:
-    """A round's history row is complete (after aggregation and evaluation)."""
-
-
-@hookspec
-def fedcore_run_end(run: RunContext, history: Sequence[Mapping[str, Any]]) -> None:
-    """The run finished; ``history`` is the full list of round rows."""
-
-
 SLOT_HOOKS: dict[str, str] = {
     "partition": "fedcore_partition",
     "schedule": "fedcore_make_scheduler",
@@ -284,15 +292,46 @@ SLOT_HOOKS: dict[str, str] = {
 }
 """Slot name (the key used in configs) -> hook name."""
 
-OBSERVER_HOOKS: tuple[str, ...] = (
-    "fedcore_check_pipeline",
-    "fedcore_run_start",
-    "fedcore_round_start",
-    "fedcore_client_trained",
-    "fedcore_client_done",
-    "fedcore_adapt_update",
-    "fedcore_plan_job",
-    "fedcore_collect_metrics",
-    "fedcore_round_end",
-    "fedcore_run_end",
+
+@attrs.frozen(kw_only=True)
+class HookKind:
+    """One kind of hook: its hooks (in lifecycle order), whether they are ``firstresult``, and what that means."""
+
+    name: str
+    hooks: tuple[str, ...]
+    firstresult: bool
+    semantics: str
+
+
+HOOK_KINDS: tuple[HookKind, ...] = (
+    HookKind(name="registration", hooks=("fedcore_register_components", "fedcore_addhooks"), firstresult=False,
+             semantics="called once per process by the catalogue (`register_components`) or as a component joins a "
+                       "pipeline (`addhooks`, historic)"),
+    HookKind(name="slot", hooks=tuple(SLOT_HOOKS.values()), firstresult=True,
+             semantics="`firstresult`: exactly **one provider** per pipeline (a missing one gets the built-in default, "
+                       "two are a `SlotConflictError` naming both), any number of `wrapper=True` wrappers around it. "
+                       "A provider that returns `None` is a `MissingSlotError`. Providers may not use "
+                       "`tryfirst`/`trylast`; old-style `hookwrapper=True` is refused"),
+    HookKind(name="observer", hooks=("fedcore_check_pipeline", "fedcore_run_start", "fedcore_round_start",
+                                     "fedcore_client_trained", "fedcore_client_done", "fedcore_collect_metrics",
+                                     "fedcore_round_end", "fedcore_run_end"), firstresult=False,
+             semantics="broadcast: every implementation runs, **in pipeline list order**; return values are ignored "
+                       "except for `collect_metrics`"),
+    HookKind(name="answer", hooks=("fedcore_adapt_update", "fedcore_plan_job"), firstresult=True,
+             semantics="`firstresult` among any components that implement them (no provider needed): a stale "
+                       "update's adaptation; a client job's plan for a dry run (`fedcore plan`, never called by a "
+                       "real run)"),
 )
+"""Every hook's kind, stated once: the spec's sections, ``docs/hooks.md``'s table and the tests read it."""
+
+OBSERVER_HOOKS: tuple[str, ...] = next(k.hooks for k in HOOK_KINDS if k.name == "observer")
+ANSWER_HOOKS: tuple[str, ...] = next(k.hooks for k in HOOK_KINDS if k.name == "answer")
+
+
+def kinds_table() -> str:
+    """The Markdown table of hook kinds in ``docs/hooks.md`` (``scripts/hook_kinds.py`` writes it there)."""
+    lines = ["| kind | hooks | semantics |", "|---|---|---|"]
+    for kind in HOOK_KINDS:
+        names = ", ".join(f"`{h}`" for h in kind.hooks)
+        lines.append(f"| **{kind.name}** | {names} | {kind.semantics} |")
+    return "\n".join(lines) + "\n"

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pluggy
 
-import fedcore
 from fedcore import hookspecs
+from fedcore import plugins as catalogue
 from fedcore.errors import ConfigError, MissingSlotError, SlotConflictError
 from fedcore.hookspecs import SLOT_HOOKS
 from fedcore.registry import slots_of
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
-    from fedcore.engine.client_job import ClientJob
     from fedcore.engine.history import RunResult
+    from fedcore.jobs import ClientJob
     from fedcore.scheduling import Scheduler
 
 
@@ -275,7 +275,7 @@ class Pipeline:
                 raise MissingSlotError(f"slot {slot!r} ({hook}) has no provider")
 
     def _describe_source(self, plugin: Any) -> str:
-        entry = fedcore.plugins.registry().find(plugin)
+        entry = catalogue.registry().find(plugin)
         label = entry.name if entry else type(plugin).__name__
         dist, version = _distribution_of(type(plugin).__module__)
         return f"{label} ({dist} {version})" if dist else label
@@ -305,7 +305,7 @@ class Pipeline:
         rows = []
         for component in self.components:
             provides, wraps, observes = slots_of(component)
-            entry = fedcore.plugins.registry().find(component)
+            entry = catalogue.registry().find(component)
             dist, version = _distribution_of(type(component).__module__)
             rows.append({
                 "name": entry.name if entry else None,
@@ -318,9 +318,11 @@ class Pipeline:
         slots = {}
         for slot in SLOT_HOOKS:
             p = self.provider(slot)
-            entry = fedcore.plugins.registry().find(p)
+            entry = catalogue.registry().find(p)
             slots[slot] = entry.name if entry else type(p).__qualname__
-        return {"fedcore_version": fedcore.__version__, "slots": slots, "components": rows}
+        from fedcore import __version__  # the package's own attribute: fedcore/__init__ imports this module
+
+        return {"fedcore_version": __version__, "slots": slots, "components": rows}
 
     # -- composition ----------------------------------------------------------------------
 
@@ -381,7 +383,7 @@ class Pipeline:
     def run(self, *, model: Any, train: Any, test: Any = None, num_clients: int, rounds: int, seed: int = 0,
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
             out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None,
-            device: Any = None, precision: str = "fp32") -> RunResult:
+            device: Any = None, precision: str = "fp32", client_metrics: bool = False) -> RunResult:
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device
@@ -392,14 +394,16 @@ class Pipeline:
         (``fedcore.engine.checkpoint.Checkpointer(dir, every=1, resume=...)``) saves every k rounds and resumes.
         ``device`` (``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"``; ``None``: where the model is) and
         ``precision`` (``"fp32" | "bf16" | "fp16"``) place the model and data once and set client training's
-        arithmetic (docs/runtime.md, "Devices and precision").
+        arithmetic (docs/runtime.md, "Devices and precision"). ``client_metrics``: each history row also lists every
+        aggregated update's metrics (``client_metrics``; the per-round ``client_<m>`` columns are always there).
         """
         from fedcore.engine.loop import Engine
         from fedcore.engine.spec import RunSpec
 
         spec = RunSpec(model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
                        eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
-                       on_round=on_round, faults=faults, checkpoint=checkpoint, device=device, precision=precision)
+                       on_round=on_round, faults=faults, checkpoint=checkpoint, device=device, precision=precision,
+                       client_metrics=client_metrics)
         return Engine(self, spec).run()
 
 
@@ -407,12 +411,12 @@ def component_from_spec(spec: Any, *, where: str) -> Any:
     """A component from ``"name"``, ``{"name": ..., **settings}`` or an instance."""
     slot = where if where in SLOT_HOOKS else None  # an unknown name then lists only that slot's providers
     if isinstance(spec, str):
-        return build(fedcore.plugins.get(spec, slot=slot), {}, name=spec)
+        return build(catalogue.get(spec, slot=slot), {}, name=spec)
     if isinstance(spec, Mapping):
         if "name" not in spec:
             raise ConfigError(f"{where}: a component table needs a 'name' key, got keys {sorted(spec)}")
         settings = {k: v for k, v in spec.items() if k != "name"}
-        return build(fedcore.plugins.get(spec["name"], slot=slot), settings, name=f"{where}.{spec['name']}")
+        return build(catalogue.get(spec["name"], slot=slot), settings, name=f"{where}.{spec['name']}")
     if attrs.has(type(spec)) or hasattr(spec, "__dict__"):
         return spec
     raise ConfigError(f"{where}: expected a component name, a table with 'name', or a component; got {spec!r}")

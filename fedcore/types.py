@@ -83,7 +83,9 @@ class Share:
     logits) with their ledger kind; unlisted entries cross as ``weights``. ``signature`` names the version
     of the share's shape (a LoRA share: its stage and rank); the engine copies it into
     ``ClientUpdate.share_signature`` so that ``fedcore_adapt_update`` can tell a stale update made for another
-    share. ``None``: a share whose shape never changes.
+    share. ``None``: a share whose shape never changes. ``aux`` holds the server-held tensors that came down
+    with the share (:class:`ServerTensors`: control variates, a global prototype, a teacher's logits); the engine
+    fills it at dispatch, a split provider leaves it empty.
     """
 
     module: nn.Module
@@ -93,6 +95,7 @@ class Share:
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     kinds: Mapping[str, str] = attrs.field(factory=dict)
     signature: str | None = None
+    aux: TensorDict = attrs.field(factory=dict, repr=False)
 
     def trainable(self) -> tuple[str, ...]:
         return tuple(n for n, p in self.module.named_parameters() if p.requires_grad)
@@ -188,7 +191,9 @@ class ClientUpdate:
     until then), ``base`` (from what the server sent), ``version`` (the global version the client started
     from), ``staleness``, the share's ``meta`` under the update's own ``meta`` (the update's keys win) and
     ``share_signature`` (the ``Share.signature`` of the share it was made for). Build one from a trained share
-    with :meth:`from_share`.
+    with :meth:`from_share`. ``aux`` holds auxiliary tensors bound for the server that are not model entries (a
+    control-variate delta, features, logits): they cross the network under their own ledger kinds
+    (:class:`ServerTensors`) and never reach a weight aggregator as ``tensors``.
     """
 
     client_id: int = -1
@@ -200,6 +205,7 @@ class ClientUpdate:
     staleness: int = 0
     meta: Mapping[str, Any] = attrs.field(factory=dict)
     share_signature: str | None = None
+    aux: TensorDict = attrs.field(factory=dict, repr=False)
 
     @classmethod
     def from_share(cls, share: Share, values: nn.Module | Mapping[str, torch.Tensor] | None = None, *,
@@ -279,12 +285,94 @@ class ClientState:
     rounds_participated: int = 0
 
 
+AUX_KIND = "aux"
+"""The ledger kind of a server-state tensor whose kind was not declared."""
+
+
+def aux_kind(kinds: Mapping[str, str], name: str) -> str:
+    """The ledger kind of server-state tensor ``name``: declared for the name itself or for a dotted prefix of it
+    (``"scaffold.dc"`` covers ``"scaffold.dc.0.weight"``; the longest wins), else :data:`AUX_KIND`."""
+    probe = name
+    while True:
+        if probe in kinds:
+            return kinds[probe]
+        if "." not in probe:
+            return AUX_KIND
+        probe = probe.rsplit(".", 1)[0]
+
+
+@attrs.define(kw_only=True, eq=False)
+class ServerTensors:
+    """A method's server-held tensors beyond the global model, and which of them go down with each share.
+
+    The server-state channel: ``shared`` holds tensors for every client (a global control variate, a global
+    prototype), ``per_client`` tensors for one client (a teacher's logits of its samples, FedDyn's per-client
+    state). Names are the method's own (prefix them: ``"scaffold.c"``). :meth:`keep` and :meth:`keep_for` store a
+    tensor and declare its ledger kind; ``send=True`` puts it in every share's download from then on (the client
+    reads it as ``share.aux[name]``; a per-client tensor wins over a shared one of the same name). A client sends
+    tensors up in ``ClientUpdate.aux``; :meth:`declare` gives their names a ledger kind before they cross (a
+    dotted prefix covers every name under it; undeclared names cross as ``"aux"``): declare in
+    ``fedcore_run_start``. The aggregator or a ``fedcore_client_done`` observer reads ``update.aux`` and keeps what
+    it needs. Everything here is checkpointed with the server and restored on resume.
+    """
+
+    shared: dict[str, torch.Tensor] = attrs.field(factory=dict, repr=False)
+    per_client: dict[int, dict[str, torch.Tensor]] = attrs.field(factory=dict, repr=False)
+    kinds: dict[str, str] = attrs.field(factory=dict)
+    send: list[str] = attrs.field(factory=list)
+
+    def declare(self, name: str, *, kind: str, send: bool = False) -> None:
+        """Give ``name`` (down or up) its ledger kind; ``send``: it goes down with every share from now on."""
+        if not kind or kind == "weights":
+            raise ValueError(f"server-state tensor {name!r} needs its own ledger kind, not {kind!r}")
+        self.kinds[name] = kind
+        if send and name not in self.send:
+            self.send.append(name)
+
+    def keep(self, name: str, value: torch.Tensor, *, kind: str | None = None, send: bool | None = None) -> None:
+        """Hold ``value`` for every client under ``name`` (``kind``/``send`` as :meth:`declare`, once is enough)."""
+        self._declare_once(name, kind, send)
+        self.shared[name] = value
+
+    def keep_for(self, client: int, name: str, value: torch.Tensor, *, kind: str | None = None,
+                 send: bool | None = None) -> None:
+        """Hold ``value`` for ``client`` under ``name``."""
+        self._declare_once(name, kind, send)
+        self.per_client.setdefault(int(client), {})[name] = value
+
+    def get(self, name: str, client: int | None = None, default: Any = None) -> Any:
+        """The client's own tensor ``name`` if it has one, else the shared one, else ``default``."""
+        own = self.per_client.get(int(client), {}) if client is not None else {}
+        return own[name] if name in own else self.shared.get(name, default)
+
+    def download_for(self, client: int) -> TensorDict:
+        """What goes down with ``client``'s share: every sent name the client or everyone has, in send order."""
+        own = self.per_client.get(int(client), {})
+        return {n: own[n] if n in own else self.shared[n] for n in self.send if n in own or n in self.shared}
+
+    def kind_of(self, name: str) -> str:
+        return aux_kind(self.kinds, name)
+
+    def __bool__(self) -> bool:
+        return bool(self.shared or self.per_client or self.kinds or self.send)
+
+    def _declare_once(self, name: str, kind: str | None, send: bool | None) -> None:
+        if kind is not None:
+            self.declare(name, kind=kind)
+        if send and name not in self.send:
+            self.send.append(name)
+        elif send is False and name in self.send:
+            self.send.remove(name)
+
+
 @attrs.define(kw_only=True, eq=False)
 class ServerState:
     """What the server holds: the global model, its version and per-plugin server state.
 
     ``client_views`` keeps the per-client downloads an aggregator returned (see
-    :class:`AggregateResult`). Mutable on purpose: the engine owns it; ``fedcore_round_start``
+    :class:`AggregateResult`). ``aux`` is the server-state channel (:class:`ServerTensors`): a method's
+    server-held tensors, the part of them sent down with each share, the kinds they cross under.
+    Mutable on purpose: the engine owns it; ``fedcore_round_start``
     observers may change ``model`` (for example, a stage switch that injects adapters).
     """
 
@@ -292,9 +380,10 @@ class ServerState:
     version: int = 0
     stash: Stash = attrs.field(factory=Stash, repr=False)
     client_views: dict[int, TensorDict] = attrs.field(factory=dict, repr=False)
+    aux: ServerTensors = attrs.field(factory=ServerTensors, repr=False)
 
 
 __all__ = [
     "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "JobPlan", "Message",
-    "Partition", "ServerState", "Share", "TensorDict", "upload_messages",
+    "Partition", "ServerState", "ServerTensors", "Share", "TensorDict", "upload_messages",
 ]

@@ -2,7 +2,8 @@
 
 ``tests/data/golden_runs.json`` was recorded from the engine *before* the cohort slot existed (commit
 f44d339, the per-job path: executor -> select_data -> local_update per client). Every run here must give
-exactly the same history rows (wall-clock columns aside), ledger rows and final weights (sha256 of every
+exactly the same history rows (wall-clock columns and the per-round client-metric columns added since aside, see
+``client_metric_columns``; their ``train_loss`` must still match), ledger rows and final weights (sha256 of every
 tensor's bytes), with one torch intra-op thread. Regenerate only on purpose, from the old engine:
 ``git archive f44d339 | tar -x -C OLD; PYTHONPATH=OLD python tests/test_cohort_identity.py --record``.
 """
@@ -110,8 +111,16 @@ def run_pinned(make) -> dict:
         torch.set_num_threads(threads)
 
 
+def client_metric_columns(row: dict) -> set[str]:
+    """The ``client_<m>``/``_min``/``_max`` columns (per-round client metrics, added after the recording): told
+    apart from other ``client_*`` keys (``client_utilisation``) by their ``_min`` partner."""
+    names = {k[len("client_"):-len("_min")] for k in row if k.startswith("client_") and k.endswith("_min")}
+    return {f"client_{m}{suffix}" for m in names for suffix in ("", "_min", "_max")}
+
+
 def fingerprint(result) -> dict:
-    rows = [{k: v for k, v in r.items() if k not in WALL} for r in result.history]
+    rows = [{k: v for k, v in r.items() if k not in WALL and k not in client_metric_columns(r)}
+            for r in result.history]
     weights = {k: _digest(v) for k, v in result.model.state_dict().items()}
     return json.loads(json.dumps({"history": rows, "ledger": result.ledger.to_rows(), "weights": weights}))
 

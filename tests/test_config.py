@@ -43,7 +43,7 @@ def test_defaults_are_filled_and_name_comes_from_the_file(tmp_path):
     assert cfg["seed"] == 0 and cfg["eval_every"] == 1 and cfg["threads"] == 1
     assert cfg["executor"] == "inline"
     assert cfg["checkpoint"] == {"every": 1, "keep": 2}
-    assert cfg["output"] == {"tensorboard": False, "save_model": True}
+    assert cfg["output"] == {"tensorboard": False, "save_model": True, "client_metrics": False}
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -11,10 +11,10 @@ import torch
 
 import fedcore
 from fedcore.builtin import FedAvg, SGDUpdate, UniformSync, working_copy
-from fedcore.engine.client_job import ClientJob
 from fedcore.engine.loop import Engine
 from fedcore.engine.spec import RunSpec
 from fedcore.errors import ConfigError
+from fedcore.jobs import ClientJob
 from fedcore.network import Channel, Ledger
 from fedcore.runtime import ClockBase, SimClock
 from fedcore.scheduling import SchedulerPolicy, sample_clients

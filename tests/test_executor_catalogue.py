@@ -8,9 +8,9 @@ from pathlib import Path
 import subprocess
 import sys
 import textwrap
-import tomllib
 
 import pytest
+import tomllib
 
 import fedcore
 
@@ -19,7 +19,7 @@ PLUGIN = '''
 import json
 
 import fedcore
-from fedcore.engine.executor import InlineExecutor
+from fedcore.jobs import InlineExecutor
 from fedcore.errors import ConfigError
 from fedcore.experiment import Key, Table
 

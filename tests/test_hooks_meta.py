@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 import re
 
+import attrs
 import pytest
 
 from fedcore import hookspecs
@@ -32,8 +33,50 @@ def documented_headings() -> set[str]:
 
 def test_the_spec_list_is_complete():
     assert len(hook_names()) == 20
-    assert set(hookspecs.SLOT_HOOKS.values()) | set(hookspecs.OBSERVER_HOOKS) | {
-        "fedcore_register_components", "fedcore_addhooks"} == set(hook_names())
+    stated = [h for kind in hookspecs.HOOK_KINDS for h in kind.hooks]
+    assert sorted(stated) == hook_names(), "every hook has exactly one kind in hookspecs.HOOK_KINDS"
+
+
+def kind_problems(kinds, spec_module) -> list[str]:
+    """A hook whose kind says firstresult but whose spec does not (or the other way round) is filed wrongly."""
+    problems = []
+    for kind in kinds:
+        for name in kind.hooks:
+            opts = getattr(getattr(spec_module, name), "fedcore_spec", {})
+            if bool(opts.get("firstresult")) != kind.firstresult:
+                problems.append(f"{name} is filed as {kind.name} but its spec has "
+                                f"firstresult={opts.get('firstresult')}")
+    return problems
+
+
+def test_every_hook_is_filed_under_the_kind_its_spec_declares():
+    assert kind_problems(hookspecs.HOOK_KINDS, hookspecs) == []
+    # fedcore_adapt_update filed with the observers again (as it once was) is caught
+    kinds = {k.name: k for k in hookspecs.HOOK_KINDS}
+    misfiled = (attrs.evolve(kinds["observer"], hooks=(*kinds["observer"].hooks, "fedcore_adapt_update")),)
+    assert kind_problems(misfiled, hookspecs) == [
+        "fedcore_adapt_update is filed as observer but its spec has firstresult=True"]
+
+
+def test_the_kinds_table_in_docs_is_generated_from_the_spec():
+    text = (ROOT / "docs" / "hooks.md").read_text()
+    assert hookspecs.kinds_table() in text, "docs/hooks.md's kinds table is stale: run python scripts/hook_kinds.py"
+
+
+def test_each_hook_is_documented_under_its_kinds_section():
+    text = (ROOT / "docs" / "hooks.md").read_text()
+    section = None
+    where = {}
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        match = re.match(r"^### `(fedcore_[a-z_]+)\(", line)
+        if match:
+            where[match.group(1)] = section
+    for kind in hookspecs.HOOK_KINDS:
+        for name in kind.hooks:
+            assert where.get(name) == f"{kind.name.capitalize()} hooks", \
+                f"docs/hooks.md documents {name} under {where.get(name)!r}, not '{kind.name.capitalize()} hooks'"
 
 
 @pytest.mark.parametrize("name", hook_names())

@@ -29,7 +29,7 @@ def make(schedule, checkpoint=None, *, aggregate=None):
 def test_resumed_async_run_with_faults_equals_the_uninterrupted_run(tmp_path, schedule, aggregate):
     reference = make(schedule, aggregate=aggregate)
     busy_after = []
-    reference.on_round = lambda record: busy_after.append(len(reference.in_flight))
+    reference.on_round = lambda record: busy_after.append(len(reference.state.in_flight))
     full = reference.run()
     assert any(r.get("max_staleness") for r in full.history)
     stop = next(r for r in range(1, 5) if busy_after[r - 1])  # resume from a round that left jobs in flight

@@ -11,9 +11,9 @@ from torch import nn
 import fedcore
 from fedcore.builtin import UniformSync
 from fedcore.engine.dispatch import build_job
-from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.threads_executor import GlobalRandomDrawError, ThreadsExecutor, balance
 from fedcore.errors import ConfigError
+from fedcore.jobs import InlineExecutor
 from fedcore.network import Channel
 from fedcore.testing import EXECUTOR_CHECKS, ContractFixture, build_engine, round_context, run_tiny_pipeline
 from fedcore.types import ClientState
@@ -116,7 +116,7 @@ def test_the_callers_global_random_state_is_untouched_by_a_wave(one_torch_thread
     executor.start(engine.pipeline, engine.run_ctx.train)
     try:
         ctx = round_context(engine)
-        jobs = [build_job(engine, c, ctx)[0] for c in engine.run_ctx.clients]
+        jobs = [build_job(engine.parts, c, ctx)[0] for c in engine.run_ctx.clients]
         torch.manual_seed(123)
         before = torch.random.get_rng_state()
         results = executor.run(jobs)
@@ -206,7 +206,7 @@ def test_a_cohort_on_a_worker_gets_no_server_state():
 
     try:
         ctx = round_context(engine)
-        jobs = [build_job(engine, c, ctx)[0] for c in engine.run_ctx.clients]
+        jobs = [build_job(engine.parts, c, ctx)[0] for c in engine.run_ctx.clients]
         engine.pipeline.plugin_manager.register(Peek())
         executor.run(jobs)
     finally:

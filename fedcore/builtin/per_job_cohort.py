@@ -12,7 +12,7 @@ from fedcore.types import ClientFailed, ClientUpdate
 
 if TYPE_CHECKING:
     from fedcore.contexts import RoundContext
-    from fedcore.engine.client_job import ClientJob
+    from fedcore.jobs import ClientJob
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -20,7 +20,7 @@ class PerJobCohort:
     """Trains the clients of a wave one after another, each exactly as a lone client would be.
 
     Per job: torch's global RNG is seeded from ``(seed, round, client)`` inside a fork
-    (:meth:`~fedcore.engine.client_job.ClientJob.torch_rng`), then ``fedcore_select_data`` and
+    (:meth:`~fedcore.jobs.ClientJob.torch_rng`), then ``fedcore_select_data`` and
     ``fedcore_local_update`` run on the job's share and context. A client that raises is reported as failed
     (:class:`~fedcore.types.ClientFailed`); the others go on. Each finished client is reported to the
     ``fedcore_client_trained`` observers at once. Jobs share nothing, so the threads executor may run several of

@@ -2,10 +2,10 @@
 import fedcore
 from fedcore import builtin
 from fedcore.builtin import datasets_and_models
-from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.ray_executor import RayExecutor
 from fedcore.engine.threads_executor import ThreadsExecutor
 from fedcore.experiment import runtime_tables
+from fedcore.jobs import InlineExecutor
 from fedcore.recipes import Recipe
 from fedcore.registry import ComponentRegistry
 

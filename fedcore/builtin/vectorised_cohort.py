@@ -35,7 +35,7 @@ from fedcore.types import ClientFailed, ClientUpdate, Share
 
 if TYPE_CHECKING:
     from fedcore.contexts import RoundContext
-    from fedcore.engine.client_job import ClientJob
+    from fedcore.jobs import ClientJob
 
 log = logging.getLogger("fedcore.cohort")
 
@@ -287,7 +287,7 @@ class VectorisedCohort:
     def _train_chunk(self, jobs: list[ClientJob], layouts: list[Layout], update: TrainPlan, ctx: RoundContext
                      ) -> list[Outcome]:
         """Select each client's data as it would alone, then train the ones that selected without error together."""
-        from fedcore.engine.client_job import seed_torch
+        from fedcore.runtime.job_rng import seed_torch
 
         out: list[Outcome | None] = [None] * len(jobs)
         ready: list[tuple[int, Sequence[int], torch.Tensor]] = []

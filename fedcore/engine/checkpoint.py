@@ -12,10 +12,11 @@ either the previous checkpoints or the new one, never half of one. Nothing is un
 tensors come from safetensors, the rest from JSON. A checkpoint whose checksums do not match is
 reported and skipped; resume falls back to the newest good one.
 
-What is captured: the global model and its version, the server's client views and stash, every
+What is captured: the global model and its version, the server's client views, stash and server-state channel
+(``ServerState.aux``: shared and per-client tensors, their kinds, what is sent), every
 client's tensors, stash and participation count, the run stash and settings, the network ledger,
-the history, the engine's runtime state (:meth:`Engine.runtime_state`: virtual time, busy time,
-updates still in flight under asynchronous schedules, and the scheduler policy's and the clock's
+the history, the engine's runtime state (:meth:`Engine.runtime_state`, :mod:`fedcore.engine.state`: virtual time,
+busy time, updates still in flight under asynchronous schedules, and the scheduler policy's and the clock's
 ``state_dict()`` when they have one: a policy that keeps state across rounds must have one), and the
 torch/numpy/python global random states. All per-round random
 streams derive from ``(seed, round, client, purpose)``, so a run resumed at a round boundary
@@ -45,12 +46,13 @@ import attrs
 import numpy as np
 import torch
 
+from fedcore.engine.history import History
 from fedcore.engine.state_codec import CheckpointError, decode, encode, encode_stash, restore_stash
 from fedcore.network import Transfer
-from fedcore.types import ClientUpdate
+from fedcore.types import ClientUpdate, ServerTensors
 
 if TYPE_CHECKING:
-    from fedcore.engine.loop import Engine
+    from fedcore.contexts import RunContext
 
 log = logging.getLogger("fedcore")
 
@@ -67,8 +69,8 @@ def _round_of(path: Path) -> int:
     return int(match.group(1))
 
 
-def _partition_digest(engine: Engine) -> str:
-    part = engine.run_ctx.partition
+def _partition_digest(run: RunContext) -> str:
+    part = run.partition
     # lists of lists: the same text as when the partition held tuples, so older checkpoints still match
     text = json.dumps([[list(p) for p in part.train], None if part.test is None else [list(p) for p in part.test]]) \
         if part else "null"
@@ -86,9 +88,10 @@ class ResumePoint:
     wall_s: float
 
 
-def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The engine's state at a round boundary as ``(json_state, tensors)``."""
-    run = engine.run_ctx
+def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], wall_s: float
+             ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The run's state at a round boundary as ``(json_state, tensors)``; ``runtime`` is the engine's
+    :meth:`~fedcore.engine.loop.Engine.runtime_state`."""
     server = run.server
     tensors: dict[str, torch.Tensor] = {}
     clients = []
@@ -96,7 +99,7 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
         clients.append({"id": cid, "rounds_participated": cs.rounds_participated,
                         "tensors": encode(dict(cs.tensors), f"client{cid}/tensors", tensors),
                         "stash": encode_stash(cs.stash, f"client{cid}/stash", tensors)})
-    runtime = dict(engine.runtime_state())
+    runtime = dict(runtime)
     for item in runtime.get("in_flight", []):  # ClientUpdate records -> plain dicts (tensors go to the file)
         update = item.get("update")
         if isinstance(update, ClientUpdate):
@@ -104,22 +107,26 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
                               "base": dict(update.base), "num_examples": update.num_examples,
                               "metrics": dict(update.metrics), "version": update.version,
                               "staleness": update.staleness, "meta": dict(update.meta),
-                              "share_signature": update.share_signature}
+                              "share_signature": update.share_signature, "aux": dict(update.aux)}
     state = {
         "format": FORMAT,
         "round": server.version,
         "seed": run.seed, "num_clients": run.num_clients, "rounds": run.rounds,
-        "partition": _partition_digest(engine),
+        "partition": _partition_digest(run),
         "wall_s": wall_s,
         "server": {"version": server.version,
                    "model": encode(server.model.state_dict(), "server/model", tensors),
                    "client_views": encode(dict(server.client_views), "server/client_views", tensors),
-                   "stash": encode_stash(server.stash, "server/stash", tensors)},
+                   "stash": encode_stash(server.stash, "server/stash", tensors),
+                   "aux": {"shared": encode(dict(server.aux.shared), "server/aux/shared", tensors),
+                           "per_client": {str(c): encode(dict(t), f"server/aux/client{c}", tensors)
+                                          for c, t in sorted(server.aux.per_client.items())},
+                           "kinds": dict(server.aux.kinds), "send": list(server.aux.send)}},
         "clients": clients,
         "run": {"stash": encode_stash(run.stash, "run/stash", tensors),
                 "settings": encode(dict(run.settings), "run/settings", tensors)},
         "ledger": run.ledger.to_rows(),
-        "history": list(engine.history.rows),
+        "history": list(history.rows),
         "runtime": encode(runtime, "runtime", tensors),
         "rng": {"torch": encode(torch.get_rng_state(), "rng/torch", tensors),
                 "numpy": encode(np.random.get_state(), "rng/numpy", tensors),
@@ -128,20 +135,19 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
     return state, tensors
 
 
-def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]
-            ) -> tuple[ResumePoint, dict | None]:
-    """Put a snapshot back into a set-up engine. Returns the resume point and, when the global model's
-    entries do not match yet (a round-start observer changes the model), the model state to load later."""
-    run = engine.run_ctx
+def restore(run: RunContext, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], *, history: History,
+            device: torch.device, load_runtime: Callable[[dict[str, Any]], None]) -> tuple[ResumePoint, dict | None]:
+    """Put a snapshot back into a set-up run (its history, and the engine's runtime state through
+    ``load_runtime``). Returns the resume point and, when the global model's entries do not match yet
+    (a round-start observer changes the model), the model state to load later."""
     for key in ("seed", "num_clients", "rounds"):
         if state[key] != getattr(run, key):
             raise CheckpointError(f"the checkpoint is of a run with {key}={state[key]}; this run has "
                                   f"{key}={getattr(run, key)}")
-    if state["partition"] != _partition_digest(engine):
+    if state["partition"] != _partition_digest(run):
         raise CheckpointError("the checkpoint's client partition differs from this run's (another dataset, "
                               "partitioner or seed?)")
-    device = engine.placement.torch_device  # saved on the CPU; mapped onto this run's device (a GPU run resumes
-    if device.type != "cpu":                 # on the CPU and back)
+    if device.type != "cpu":  # saved on the CPU; mapped onto this run's device (a GPU run resumes on the CPU and back)
         tensors = {k: v if k.startswith("rng/") else v.to(device) for k, v in tensors.items()}
     server = run.server
     server.version = int(state["server"]["version"])
@@ -150,6 +156,11 @@ def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torc
     server.client_views.clear()
     server.client_views.update({int(k): v for k, v in decode(state["server"]["client_views"], tensors).items()})
     restore_stash(server.stash, decode(state["server"]["stash"], tensors), "server")
+    aux = state["server"].get("aux")  # the server-state channel (absent in checkpoints written before it existed)
+    if aux is not None:
+        server.aux = ServerTensors(shared=dict(decode(aux["shared"], tensors)),
+                                   per_client={int(c): dict(decode(t, tensors)) for c, t in aux["per_client"].items()},
+                                   kinds=dict(aux["kinds"]), send=list(aux["send"]))
     for saved in state["clients"]:
         cs = run.client_states[int(saved["id"])]
         cs.tensors = dict(decode(saved["tensors"], tensors))
@@ -158,14 +169,14 @@ def restore(engine: Engine, state: Mapping[str, Any], tensors: Mapping[str, torc
     restore_stash(run.stash, decode(state["run"]["stash"], tensors), "run")
     run.settings.update(decode(state["run"]["settings"], tensors))
     run.ledger.rows = [Transfer(**r) for r in state["ledger"]]
-    engine.history.rows = [dict(r) for r in state["history"]]
+    history.replace([dict(r) for r in state["history"]])
     runtime = decode(state["runtime"], tensors)
     for item in runtime.get("in_flight", []):
         if isinstance(item.get("update"), dict):
             item["update"] = ClientUpdate(**item["update"])
         if isinstance(item.get("upload"), list):
             item["upload"] = tuple(item["upload"])
-    engine.load_runtime_state(runtime)
+    load_runtime(runtime)
     torch.set_rng_state(decode(state["rng"]["torch"], tensors))
     np.random.set_state(decode(state["rng"]["numpy"], tensors))
     py = decode(state["rng"]["python"], tensors)
@@ -333,7 +344,8 @@ class Checkpointer:
             self._loaded = (path, state, tensors)
         return self._loaded[0], self._loaded[1]
 
-    def restore(self, engine: Engine) -> ResumePoint | None:
+    def restore(self, run: RunContext, *, history: History, device: torch.device,
+                load_runtime: Callable[[dict[str, Any]], None]) -> ResumePoint | None:
         if not self.resume:
             return None
         path, state = self.load()
@@ -341,21 +353,23 @@ class Checkpointer:
             self.report("no usable checkpoint; starting from round 0")
             return None
         assert state is not None and self._loaded is not None and self._loaded[2] is not None
-        point, self._pending_model = restore(engine, state, self._loaded[2])
+        point, self._pending_model = restore(run, state, self._loaded[2], history=history, device=device,
+                                             load_runtime=load_runtime)
         self._loaded = (path, state, None)  # the tensors now live in the engine
         return point
 
-    def round_started(self, engine: Engine) -> None:
+    def round_started(self, run: RunContext) -> None:
         if self._pending_model is not None:
-            load_model_state(engine.run_ctx.server.model, self._pending_model, strict=True)
+            load_model_state(run.server.model, self._pending_model, strict=True)
             self._pending_model = None
 
-    def after_round(self, engine: Engine, *, wall_s: float) -> Path | None:
-        run = engine.run_ctx
+    def after_round(self, run: RunContext, *, history: History, runtime: Callable[[], Mapping[str, Any]],
+                    wall_s: float) -> Path | None:
+        """Save the run if this round is due; ``runtime`` gives the engine's runtime state (asked only then)."""
         done = run.server.version
         if self.every == 0 or (done % self.every and done != run.rounds):
             return None
-        state, tensors = snapshot(engine, wall_s=wall_s)
+        state, tensors = snapshot(run, history=history, runtime=runtime(), wall_s=wall_s)
         path = write_checkpoint(self.root, state, tensors)
         for old in list_checkpoints(self.root)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -28,6 +28,10 @@ class History:
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.rows[i]
 
+    def replace(self, rows: list[dict[str, Any]]) -> None:
+        """Put back the rows of a resumed run."""
+        self.rows = rows
+
     def column(self, key: str) -> list[Any]:
         return [r.get(key) for r in self.rows]
 

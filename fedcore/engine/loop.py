@@ -7,29 +7,33 @@ One pass of the loop is one *round* (one aggregation, one global version):
     arrivals in virtual-time order (client_done) -> scheduler.ready -> aggregate -> evaluate
     (every k rounds) -> collect_metrics -> round_end
 
-The concepts live in their own modules: :mod:`~fedcore.engine.dispatch` (whom to start, shares,
-downloads), :mod:`~fedcore.engine.arrivals` (virtual time, validation), :mod:`~fedcore.engine.record`
-(aggregation and the history row) and :mod:`~fedcore.engine.snapshot` (checkpointable runtime state).
-Without a clock every job takes zero virtual time and a round is a synchronous round.
+The runtime state has one owner, :class:`~fedcore.engine.state.EngineState` (in-flight jobs, arrivals,
+virtual time, busy time, ...), changed only through its operations. The concepts live in their own
+modules, each taking the state and the engine's collaborators (:class:`~fedcore.engine.state.EngineParts`)
+and returning values: :mod:`~fedcore.engine.dispatch` (whom to start, shares, downloads),
+:mod:`~fedcore.engine.arrivals` (virtual time, validation), :mod:`~fedcore.engine.record` (aggregation and
+the history row) and :mod:`~fedcore.engine.snapshot` (the checkpointable runtime state). Without a clock
+every job takes zero virtual time and a round is a synchronous round.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
 from fedcore.contexts import RoundContext, RunContext
 from fedcore.engine import arrivals, dispatch, record, snapshot
-from fedcore.engine.arrivals import InFlight
-from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.history import History, RunResult
-from fedcore.engine.pending import LazyStates, PendingJobs, submit_of
+from fedcore.engine.pending import LazyStates, submit_of
 from fedcore.engine.policies import adapt_clock, adapt_scheduler
-from fedcore.engine.record import EVENT_KEYS, load_entries
+from fedcore.engine.record import load_entries
 from fedcore.engine.spec import RunSpec
+from fedcore.engine.state import EVENT_KEYS, EngineParts, EngineState, InFlight
 from fedcore.errors import ConfigError
+from fedcore.jobs import InlineExecutor
 from fedcore.runtime.clock import Clock
 from fedcore.scheduling import SchedulerPolicy
-from fedcore.types import ClientInfo, ClientState, ClientUpdate, Partition, ServerState
+from fedcore.types import ClientInfo, ClientState, Partition, ServerState
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Pipeline
@@ -78,20 +82,9 @@ class Engine:
         self.run_ctx = RunContext(seed=spec.seed, num_clients=spec.num_clients, rounds=spec.rounds, train=train,
                                   test=test, server=ServerState(model=model), out_dir=spec.out_dir)
         self.history = History()
-        self._scheduler: SchedulerPolicy | None = None
-        # the run's runtime state between aggregations (what runtime_state() snapshots)
-        self.now = 0.0
-        self.since = 0.0
-        self.in_flight: list[tuple[float, int, InFlight]] = []
-        self.arrived: list[ClientUpdate] = []
-        self.arrival_times: dict[int, float] = {}
-        self.events: dict[str, list[Any]] = {k: [] for k in EVENT_KEYS}
-        self.busy_s: dict[int, float] = {c: 0.0 for c in range(spec.num_clients)}
-        self._count_round, self._dispatch_calls = -1, 0
-        self._starts: dict[int, int] = {}  # starts per client on one version
-        self.ledger_mark = 0
-        self.pending = PendingJobs()  # jobs submitted to a parallel executor, results not collected yet
+        self.state = EngineState(num_clients=spec.num_clients)  # the run's runtime state (what snapshots keep)
         self.submit = submit_of(self.executor)  # a parallel executor's submit(jobs) -> handles, or None
+        self._parts: EngineParts | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -106,20 +99,26 @@ class Engine:
             for c, idx in enumerate(partition.train)
         )
         run.client_states = {c.id: ClientState(client_id=c.id) for c in run.clients}
-        self._scheduler = adapt_scheduler(self.hooks.fedcore_make_scheduler(clients=run.clients, run=run))
+        scheduler = adapt_scheduler(self.hooks.fedcore_make_scheduler(clients=run.clients, run=run))
+        self._parts = EngineParts(pipeline=self.pipeline, hooks=self.hooks, run=run, scheduler=scheduler,
+                                  clock=self.clock, faults=self.faults, placement=self.placement,
+                                  executor=self.executor, submit=self.submit, eval_every=self.eval_every,
+                                  client_metrics=self.spec.client_metrics)
         if self.clock is not None:
             self.clock.bind(run, self.pipeline)
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        run = self.run_ctx
+        run, state = self.run_ctx, self.state
         self.setup()
+        parts = self.parts
         if self.submit is not None:  # reading a client's state collects its pending job first
-            run.client_states = LazyStates(run.client_states, self.pending)
+            run.client_states = LazyStates(run.client_states, state.pending)
         self.executor.start(self.pipeline, run.train)
         self.hooks.fedcore_run_start(run=run)
-        resumed = self.checkpoint.restore(self) if self.checkpoint is not None else None
+        resumed = self.checkpoint.restore(run, history=self.history, device=self.placement.torch_device,
+                                          load_runtime=self.load_runtime_state) if self.checkpoint is not None else None
         start_wall = time.perf_counter() - (resumed.wall_s if resumed is not None else 0.0)
         try:
             while run.server.version < run.rounds and run.stop_reason is None:
@@ -129,42 +128,46 @@ class Engine:
                 if run.stop_reason is not None:  # a component ended the run (RunContext.request_stop)
                     break
                 if self.checkpoint is not None:
-                    self.checkpoint.round_started(self)
-                dispatch.dispatch(self, ctx)
-                arrivals.wait(self, ctx)
-                arrivals.cancel_stragglers(self)
-                row = record.aggregate(self, ctx, self.arrived, self.events, round_wall, start_wall, self.ledger_mark)
-                self.ledger_mark = len(run.ledger.rows)
-                self.arrived, self.since, self.arrival_times = [], self.now, {}
-                self.events = {k: [] for k in EVENT_KEYS}
+                    self.checkpoint.round_started(run)
+                dispatch.dispatch(parts, state, ctx)
+                arrivals.wait(parts, state, ctx, refill=functools.partial(dispatch.dispatch, parts, state, ctx))
+                arrivals.cancel_stragglers(parts, state)
+                closed = state.close_round()
+                row = record.aggregate(parts, ctx, closed, runtime=functools.partial(state.utilisation, closed),
+                                       elapse=state.elapse, round_wall=round_wall, start_wall=start_wall)
+                state.mark_ledger(len(run.ledger.rows))
                 self.history.rows.append(row)
                 self.hooks.fedcore_round_end(ctx=ctx, record=row)
                 if self.on_round is not None:
                     self.on_round(row)
                 if self.checkpoint is not None:
-                    self.checkpoint.after_round(self, wall_s=row["wall_s"])
-            self.pending.collect_all()  # jobs still in flight commit their states, as inline ones did at dispatch
+                    self.checkpoint.after_round(run, history=self.history, runtime=self.runtime_state,
+                                                wall_s=row["wall_s"])
+            state.pending.collect_all()  # jobs still in flight commit their states, as inline ones did at dispatch
             self.hooks.fedcore_run_end(run=run, history=self.history.rows)
         finally:
             self.executor.close()
         return RunResult(history=self.history, model=run.server.model, ledger=run.ledger, run=run)
 
     @property
+    def parts(self) -> EngineParts:
+        """The engine's collaborators (made once at set-up): what :func:`fedcore.engine.dispatch.build_job` takes."""
+        if self._parts is None:
+            raise RuntimeError("the engine has no parts before setup()")
+        return self._parts
+
+    @property
     def scheduler(self) -> SchedulerPolicy:
         """The run's policy (adapted once at set-up)."""
-        if self._scheduler is None:
-            raise RuntimeError("the engine has no scheduler before setup()")
-        return self._scheduler
-
-    def busy_ids(self) -> list[int]:
-        return sorted(c for _, c, _ in self.in_flight)
+        return self.parts.scheduler
 
     # -- snapshots (checkpoint/resume of asynchronous runs) ----------------------------------
 
     def runtime_state(self) -> dict[str, Any]:
         """See :func:`fedcore.engine.snapshot.runtime_state`."""
-        return snapshot.runtime_state(self)
+        scheduler = None if self._parts is None else self._parts.scheduler
+        return snapshot.runtime_state(self.state, scheduler, self.clock)
 
-    def load_runtime_state(self, state: dict[str, Any]) -> None:
+    def load_runtime_state(self, saved: dict[str, Any]) -> None:
         """See :func:`fedcore.engine.snapshot.load_runtime_state`."""
-        snapshot.load_runtime_state(self, state)
+        snapshot.load_runtime_state(self.state, saved, self.parts.scheduler, self.clock)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fedcore.engine.client_job import JobResult
+from fedcore.jobs import JobResult
 from fedcore.types import ClientState
 
 if TYPE_CHECKING:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
 from fedcore.engine.ray_cluster import LOOPBACK, check_bind, check_reachable, join_cluster, start_local_cluster
 from fedcore.errors import ConfigError
+from fedcore.jobs import ClientJob, JobResult, run_cohort
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Pipeline

@@ -19,6 +19,8 @@ class RunSpec:
     (:mod:`fedcore.runtime.placement`). ``profiles`` is a list of profile names (one per client) or a seeded
     rule with ``assign(n, seed=)``
     (``fedcore.runtime.ProfileAssignment``); ``on_round`` receives every finished history row.
+    ``client_metrics``: each row also carries ``client_metrics``, one entry per aggregated update with every
+    numeric metric its local update reported (``fedcore run`` writes them to ``client_metrics.jsonl``).
     """
 
     model: Any
@@ -37,6 +39,7 @@ class RunSpec:
     checkpoint: Any = None
     device: Any = None
     precision: str = "fp32"
+    client_metrics: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.num_clients < 1:

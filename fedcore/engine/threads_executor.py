@@ -14,7 +14,7 @@ What the threads share is handled here:
 
 * torch's global random generator (one per process). Inline, each job draws from it seeded per job; threads cannot
   each own it. The first job of each kind (share signature and module structure) runs on the calling thread while
-  :func:`~fedcore.engine.job_rng.recording_draws` watches: jobs of a kind that draws from it (``nn.Dropout``,
+  :func:`~fedcore.runtime.job_rng.recording_draws` watches: jobs of a kind that draws from it (``nn.Dropout``,
   ``torch.rand`` without a generator) keep training one after another on the calling thread, the others go to the
   pool, where nothing may draw from it; the global state is compared after every wave, and a job that drew
   after all stops the run with one line instead of giving a history that depends on thread timing;
@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import torch
 
-from fedcore.engine.client_job import ClientJob, JobResult, run_cohort
-from fedcore.engine.job_rng import recording_draws, worker_thread
 from fedcore.errors import ConfigError, FedcoreError
+from fedcore.jobs import ClientJob, JobResult, run_cohort
+from fedcore.runtime.job_rng import recording_draws, worker_thread
 from fedcore.settings import setting
 
 if TYPE_CHECKING:

@@ -29,4 +29,9 @@ def update_problem(update: ClientUpdate, share: Share | None = None, *, upload: 
             return f"entry {name!r} has shape {tuple(value.shape)}, expected {tuple(base.shape)}"
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             return f"entry {name!r} contains NaN or Inf"
+    for name, value in update.aux.items():
+        if not isinstance(value, torch.Tensor):
+            return f"server-bound tensor {name!r} is a {type(value).__name__}, not a tensor"
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"server-bound tensor {name!r} contains NaN or Inf"
     return None

@@ -368,7 +368,7 @@ def materialize(p: Plan) -> Materials:
         raise ConfigError(f"executor {p.resolved['executor']['name']}: {str(exc).splitlines()[0]}") from None
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
                                       eval_every=cfg["eval_every"], device=cfg["device"],
-                                      precision=cfg["precision"])
+                                      precision=cfg["precision"], client_metrics=cfg["output"]["client_metrics"])
     run_kwargs.update(table_kwargs(cfg, train, test))
     if len(train) < cfg["num_clients"]:
         raise ConfigError(f"num_clients = {cfg['num_clients']} is more than the {len(train)} training samples of "

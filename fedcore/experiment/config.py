@@ -28,6 +28,7 @@
     [output]
     tensorboard = false
     save_model = true
+    client_metrics = false     # true: every aggregated client update's metrics in client_metrics.jsonl
 
 Unknown keys are errors; new top-level tables come from plugins (``registry.add_table`` in
 ``fedcore_register_components``: the built-in plugin adds clock, profiles and faults) or from
@@ -112,7 +113,7 @@ TOP_LEVEL: dict[str, Key] = {
     "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\", { name = \"threads\", "
                     "workers = 2 } (a thread pool) or { name = \"ray\", ... }"),
     "checkpoint": Key(kind=(dict,), default={}, help="every = k rounds (0 = never), keep = n newest"),
-    "output": Key(kind=(dict,), default={}, help="tensorboard = bool, save_model = bool"),
+    "output": Key(kind=(dict,), default={}, help="tensorboard = bool, save_model = bool, client_metrics = bool"),
     "plan": Key(kind=(dict,), default=None, help="the data's shape for fedcore plan and --smoke when the data is "
                                                  "not on this machine: train, test, classes, input = [C, H, W]"),
 }
@@ -147,7 +148,8 @@ def check_plan_table(value: Mapping[str, Any]) -> dict[str, Any]:
 
 TABLE_KEYS: dict[str, dict[str, Key]] = {
     "checkpoint": {"every": Key(kind=(int,), default=1, low=0), "keep": Key(kind=(int,), default=2, low=1)},
-    "output": {"tensorboard": Key(kind=(bool,), default=False), "save_model": Key(kind=(bool,), default=True)},
+    "output": {"tensorboard": Key(kind=(bool,), default=False), "save_model": Key(kind=(bool,), default=True),
+               "client_metrics": Key(kind=(bool,), default=False)},
 }
 
 

@@ -300,13 +300,13 @@ def dry_run(p: Plan, *, round: int = 0, shape: DataShape | None = None) -> DryRu
 
 def plan_client(engine: Any, client: ClientInfo, ctx: RoundContext, update: Any) -> ClientPlan:
     """One client's job: its share (real split, meta weights), the download as sent, the trainer's plan, the price."""
-    from fedcore.engine.client_job import JobResult
     from fedcore.engine.dispatch import build_job
+    from fedcore.jobs import JobResult
 
     run, clock = engine.run_ctx, engine.clock
     notes: list[str] = []
     try:
-        job, share, _ = build_job(engine, client, ctx)
+        job, share, _ = build_job(engine.parts, client, ctx)
     except (Exception, FedcoreError) as exc:  # noqa: BLE001
         raise ConfigError(f"the split cannot cut client {client.id}'s share on the meta device: "
                           f"{type(exc).__name__}: {_one_line(exc)}") from None

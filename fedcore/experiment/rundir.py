@@ -5,6 +5,8 @@
       manifest.json        Pipeline.describe(), seed, fingerprint, versions of Python, torch and every plugin
       status.json          running | finished | failed, rounds done, fingerprint, pid, times
       metrics.jsonl        one JSON row per round, appended and flushed as the run goes
+      client_metrics.jsonl one JSON row per aggregated client update (round, client, its metrics), when
+                           output.client_metrics = true
       model.safetensors    the final global model
       checkpoints/         round-NNNNNN/ (see fedcore.engine.checkpoint)
       tensorboard/         event log when output.tensorboard = true
@@ -27,6 +29,7 @@ from fedcore.errors import ConfigError
 
 CONFIG, MANIFEST, STATUS = "config.toml", "manifest.json", "status.json"
 METRICS, MODEL = "metrics.jsonl", "model.safetensors"
+CLIENT_METRICS = "client_metrics.jsonl"
 CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
 MARKERS = (STATUS, CONFIG, METRICS)
 
@@ -64,6 +67,13 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 
     shown = [f"{k}: {fa.get(k, '(unset)')!r} -> {fb.get(k, '(unset)')!r}" for k in keys[:limit]]
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return "; ".join(shown) + more
+
+
+def split_client_metrics(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A history row without its ``client_metrics`` entry, and that entry's rows (each with the round)."""
+    plain = {k: v for k, v in row.items() if k != "client_metrics"}
+    entries = [{"round": row.get("round"), **e} for e in row.get("client_metrics", ())]
+    return plain, entries
 
 
 def is_run_dir(path: Path) -> bool:
@@ -194,7 +204,33 @@ class RunDir:
             f.flush()
 
     def rewrite_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        atomic_write(self.path / METRICS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+        """Replace the round rows (a resume recomputes those after its checkpoint); a row's per-client metrics
+        (``client_metrics``) go to ``client_metrics.jsonl``, which is rewritten with them."""
+        rounds, clients = [], []
+        for row in rows:
+            plain, entries = split_client_metrics(row)
+            rounds.append(plain)
+            clients += entries
+        atomic_write(self.path / METRICS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rounds).encode())
+        if clients or (self.path / CLIENT_METRICS).exists():
+            atomic_write(self.path / CLIENT_METRICS,
+                         "".join(json.dumps(r, sort_keys=True) + "\n" for r in clients).encode())
+
+    def append_round(self, row: Mapping[str, Any]) -> None:
+        """Append a finished round: its row to ``metrics.jsonl``, its per-client metrics (if the engine was asked for
+        them, ``RunSpec.client_metrics``) to ``client_metrics.jsonl``."""
+        plain, entries = split_client_metrics(row)
+        self.append_row(plain)
+        if entries:
+            with open(self.path / CLIENT_METRICS, "a") as f:
+                f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in entries))
+                f.flush()
+
+    def client_rows(self) -> list[dict[str, Any]]:
+        path = self.path / CLIENT_METRICS
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def save_model(self, model: Any) -> Path:
         from safetensors.torch import save_file

@@ -134,7 +134,7 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
 
     def after_round(record: dict[str, Any]) -> None:
         nonlocal written
-        rd.append_row(record)
+        rd.append_round(record)
         decided = engine.run_ctx.settings
         if decided and decided != written.get("decided"):
             written = {**written, "decided": copy.deepcopy(decided)}

@@ -28,7 +28,7 @@ from fedcore.types import ClientInfo, Share
 
 if TYPE_CHECKING:
     from fedcore.contexts import RunContext
-    from fedcore.engine.client_job import JobResult
+    from fedcore.jobs import JobResult
     from fedcore.pipeline import Pipeline
 
 _CLOCKS: weakref.WeakKeyDictionary[Any, SimClock] = weakref.WeakKeyDictionary()

@@ -13,8 +13,8 @@ from typing import Any
 import attrs
 import torch
 
-from fedcore.engine.client_job import ClientJob, JobResult, cohort_problem, run_cohort
 from fedcore.engine.dispatch import build_job
+from fedcore.jobs import ClientJob, JobResult, cohort_problem, run_cohort
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientFailed, ClientUpdate
 
@@ -25,7 +25,7 @@ def _wave(component: Any, fixture: ContractFixture, clients: Sequence[int] | Non
     run = engine.run_ctx
     ctx = round_context(engine)
     chosen = [c for c in run.clients if clients is None or c.id in clients]
-    return engine, [build_job(engine, c, ctx)[0] for c in chosen]
+    return engine, [build_job(engine.parts, c, ctx)[0] for c in chosen]
 
 
 def _train(component: Any, fixture: ContractFixture, clients: Sequence[int] | None = None,

@@ -104,7 +104,7 @@ def check_select(component: Any, fixture: ContractFixture) -> None:
     picks = []
     for _ in range(2):
         ctx = round_context(engine)
-        job, share, _ = build_job(engine, run.clients[0], ctx)
+        job, share, _ = build_job(engine.parts, run.clients[0], ctx)
         before, training = _state_copy(share.module), share.module.training
         picks.append(tuple(engine.hooks.fedcore_select_data(
             client=run.clients[0], indices=job.pool, dataset=run.train, share=share,
@@ -123,7 +123,7 @@ def _one_update(engine: Any) -> tuple[ClientUpdate, Any, dict[str, torch.Tensor]
     run = engine.run_ctx
     ctx = round_context(engine)
     client = run.clients[0]
-    job, share, downloaded = build_job(engine, client, ctx)
+    job, share, downloaded = build_job(engine.parts, client, ctx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(job.ctx.seed_for("torch"))
         update = engine.hooks.fedcore_local_update(

@@ -11,6 +11,8 @@ from fedcore.models import micro_vit
 from fedcore.runtime import SimClock
 from fedcore.testing import tiny_data
 from fedcore_cos2p import Cos2pAggregate, Cos2pShare, Cos2pUpdate, staleness_histogram
+from fedcore_cos2p.masks import PARTS
+from fedcore_cos2p.share import LOGITS
 
 PROFILES = ["jetson-nx8", "jetson-agx32", "jetson-agx64", "jetson-agx64"]
 BUDGETS = {"jetson-nx8": 0.25, "jetson-agx32": 0.5625, "jetson-agx64": 0.5625}
@@ -38,7 +40,7 @@ def make(checkpoint=None, *, share=None, rounds=5):
 def reference():
     engine = make()
     busy_after = []
-    engine.on_round = lambda record: busy_after.append(len(engine.in_flight))
+    engine.on_round = lambda record: busy_after.append(len(engine.state.in_flight))
     return engine.run(), busy_after
 
 
@@ -49,10 +51,17 @@ def test_masks_are_learned_then_sliced_and_personal_state_stays_on_the_client(re
     hist = staleness_histogram(history)
     assert hist.get(0) and sum(v for k, v in hist.items() if k >= 1) >= 1  # stragglers arrive stale and are merged
     assert all(0 < r["ru"] <= 1 and 0 < r["utilisation"] <= 1 for r in history)
-    # the NX client (R = 0.25: 2 blocks at width 0.5) learned logits and keeps exits; nothing personal is global
-    state = result.states[0] if hasattr(result, "states") else None
-    assert state is None or any(k.startswith("cos2p.logits.") for k in state.tensors)
+    # the NX client (R = 0.25: 2 blocks at width 0.5) learned its mask logits in the mask phase: they stay in its
+    # client state, moved away from the initial value; nothing personal is in the global model
+    assert_masks_learned(result.run.client_states[0].tensors, initial=Cos2pShare(budgets=BUDGETS).mask_init)
     assert not any(k.startswith("exits.") for k in result.model.state_dict())
+
+
+def assert_masks_learned(tensors, *, initial):
+    logits = {k[len(LOGITS):]: v for k, v in tensors.items() if k.startswith(LOGITS)}
+    assert set(logits) == set(PARTS), f"the client state holds mask logits for {sorted(logits)}, not every part"
+    moved = [p for p, v in logits.items() if not torch.all(v == initial)]
+    assert moved, f"no mask logit moved from its initial value {initial}: the masks were not learned"
 
 
 def test_a_resumed_run_with_updates_in_flight_equals_the_uninterrupted_run(tmp_path, reference):

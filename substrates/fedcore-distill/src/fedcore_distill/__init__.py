@@ -37,7 +37,7 @@ from fedcore_distill.models import (
 )
 from fedcore_distill.pgroup import PGroupPartition, class_to_group
 from fedcore_distill.server import SERVER_OPTIMIZER, SERVER_SCHEDULER, KDServer
-from fedcore_distill.share import EDGE_PREFIX, EdgeClient, EdgeShare, edge_of, reinit, require_kd_system
+from fedcore_distill.share import EDGE_PREFIX, EdgeClient, EdgeShare, edge_of, reinit, require_kd_system, teacher_of
 from fedcore_distill.synth import synth_patterns, synth_patterns_dataset
 from fedcore_distill.zoo import (
     edge_model,
@@ -56,7 +56,7 @@ __all__ = [
     "cut_resnet", "edge_model", "edge_of", "edge_resnet", "fedavg_cnn_model", "fedavg_vit_model", "fedgkt_model",
     "fedvkd_model", "feature_shape", "fetch", "forward_macs", "hard_distill_targets", "num_params", "paper_models",
     "register", "reinit", "require_kd_system", "server_heads", "soft_kd", "synth_patterns",
-    "synth_patterns_dataset", "teacher_lookup", "token_vit", "train_macs", "two_head_loss",
+    "synth_patterns_dataset", "teacher_lookup", "teacher_of", "token_vit", "train_macs", "two_head_loss",
 ]
 
 

@@ -22,7 +22,7 @@ from fedcore.stash import StashKey
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share
 from fedcore_distill.losses import soft_kd
 from fedcore_distill.messages import FEATURES, LABELS, LOGITS, SAMPLE_IDS, FeaturePacket, teacher_lookup
-from fedcore_distill.share import EDGE_PREFIX, EdgeClient
+from fedcore_distill.share import EDGE_PREFIX, EdgeClient, teacher_of
 
 EDGE_OPTIMIZER = StashKey[dict]("distill.edge-optimizer")
 
@@ -79,7 +79,7 @@ class EdgeKDTrain:
         ids = torch.as_tensor(list(data.indices), dtype=torch.long)
         teacher = torch.zeros(0)
         has = torch.zeros(len(ids), dtype=torch.bool)
-        teacher_ids, teacher_logits = module.teacher()
+        teacher_ids, teacher_logits = teacher_of(share)
         if teacher_ids.numel():
             by_id = teacher_lookup(client.id, teacher_ids, teacher_logits, ids)
             has = torch.tensor([int(i) in by_id for i in ids])

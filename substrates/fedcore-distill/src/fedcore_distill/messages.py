@@ -22,7 +22,7 @@ TEACHER_IDS, TEACHER_LOGITS = "teacher_ids", "teacher_logits"
 UPLINK_KINDS: Mapping[str, str] = {SAMPLE_IDS: "sample_ids", FEATURES: "features", LOGITS: "logits", LABELS: "labels"}
 """Uplink entry -> ledger kind."""
 DOWNLINK_KINDS: Mapping[str, str] = {TEACHER_IDS: "sample_ids", TEACHER_LOGITS: "logits"}
-"""Downlink entry -> ledger kind (the entries are buffers of the edge client's share module)."""
+"""Downlink entry -> ledger kind (server-held per-client tensors on the server-state channel, ``ServerState.aux``)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -26,7 +26,7 @@ from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate
 from fedcore_distill.evaluate import HEADS, pick_head, server_heads
 from fedcore_distill.losses import soft_kd, two_head_loss
-from fedcore_distill.messages import TEACHER_IDS, TEACHER_LOGITS, FeaturePacket, check_feature_shapes
+from fedcore_distill.messages import DOWNLINK_KINDS, TEACHER_IDS, TEACHER_LOGITS, FeaturePacket, check_feature_shapes
 from fedcore_distill.share import require_kd_system
 
 SERVER_OPTIMIZER = StashKey[dict]("distill.server-optimizer")
@@ -133,15 +133,17 @@ class KDServer:
         sched.step(train_acc)  # FedML steps on test accuracy; the server only sees its training accuracy
         stash[SERVER_OPTIMIZER] = opt.state_dict()
         stash[SERVER_SCHEDULER] = sched.state_dict()
-        per_client, start = {}, 0
-        for p in packets:
+        start = 0
+        for p in packets:  # each client's teacher logits stay on the server and go down with its next share
             n = len(p.sample_ids)
-            per_client[p.client_id] = {TEACHER_IDS: p.sample_ids.clone(),
-                                       TEACHER_LOGITS: server_logits[start:start + n].clone()}
+            ctx.server.aux.keep_for(p.client_id, TEACHER_IDS, p.sample_ids.clone(), kind=DOWNLINK_KINDS[TEACHER_IDS],
+                                    send=True)
+            ctx.server.aux.keep_for(p.client_id, TEACHER_LOGITS, server_logits[start:start + n].clone(),
+                                    kind=DOWNLINK_KINDS[TEACHER_LOGITS], send=True)
             start += n
         staleness = [u.staleness for u in updates]
         state = {f"server.{k}": v for k, v in server.state_dict().items()}
-        return AggregateResult(state=state, per_client=per_client, metrics={
+        return AggregateResult(state=state, metrics={
             "server_loss": total / max(seen, 1), "server_train_accuracy": train_acc,
             "server_lr": float(opt.param_groups[0]["lr"]), "clients": float(len(packets)),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),

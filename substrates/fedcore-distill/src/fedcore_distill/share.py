@@ -2,8 +2,9 @@
 
 The edge model lives in ``ClientState.tensors`` and never crosses the network. A client's first share is the
 global model's edge template re-initialised from a per-client seed (independent init, spec A18). From its
-second round on, the share downloads ``teacher_ids`` and ``teacher_logits`` (the server logits of the
-client's samples, sent by the aggregator as the client's view), booked as kinds ``sample_ids`` and ``logits``.
+second round on, ``teacher_ids`` and ``teacher_logits`` (the server logits of the client's samples, which the
+aggregator keeps for that client on the server-state channel, ``ServerState.aux``) come down with the share as
+``share.aux``, booked as kinds ``sample_ids`` and ``logits``.
 """
 from __future__ import annotations
 
@@ -24,22 +25,31 @@ EDGE_PREFIX = "edge."
 
 
 class EdgeClient(nn.Module):
-    """What a client holds in a round: its edge CNN and the server logits it received (buffers)."""
+    """What a client holds in a round: its edge CNN. The server's logits of its samples come with the share
+    (``share.aux``, see :func:`teacher_of`); only a dry run's share of a later round holds them as buffers, so that
+    the plan prices their download."""
 
     edge: EdgeCNN
 
-    def __init__(self, edge: EdgeCNN, num_teacher: int, num_classes: int) -> None:
+    def __init__(self, edge: EdgeCNN, num_teacher: int = 0, num_classes: int = 0) -> None:
         super().__init__()
         self.edge = edge
-        self.register_buffer(TEACHER_IDS, torch.zeros(num_teacher, dtype=torch.long))
-        self.register_buffer(TEACHER_LOGITS, torch.zeros(num_teacher, num_classes))
-
-    def teacher(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The received ``(teacher_ids, teacher_logits)``; empty before the first server logits."""
-        return self.get_buffer(TEACHER_IDS), self.get_buffer(TEACHER_LOGITS)
+        if num_teacher:
+            self.register_buffer(TEACHER_IDS, torch.zeros(num_teacher, dtype=torch.long))
+            self.register_buffer(TEACHER_LOGITS, torch.zeros(num_teacher, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.edge(x)
+
+
+def teacher_of(share: Share) -> tuple[torch.Tensor, torch.Tensor]:
+    """The received ``(teacher_ids, teacher_logits)`` of a client's share; empty before the first server logits."""
+    if TEACHER_IDS in share.aux:
+        return share.aux[TEACHER_IDS], share.aux[TEACHER_LOGITS]
+    buffers = dict(share.module.named_buffers())
+    if TEACHER_IDS in buffers:  # a dry run's planned download
+        return buffers[TEACHER_IDS], buffers[TEACHER_LOGITS]
+    return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
 
 
 def reinit(module: nn.Module, seed: int) -> None:
@@ -105,12 +115,10 @@ class EdgeShare:
                             ) -> Share:
         system = require_kd_system(model, "edge-share")
         edge = edge_of(system, state, client.id, ctx.seed if ctx.run is None else ctx.run.seed, self.same_init)
-        view = ctx.server.client_views.get(client.id) or {}
-        num_classes = int(view[TEACHER_LOGITS].shape[1]) if TEACHER_LOGITS in view else 0
-        teachers = len(view.get(TEACHER_IDS, ()))
-        if not view and ctx.round > 0 and _planned(system) and ctx.run is not None and ctx.run.partition is not None:
-            # a dry run of a later round: no aggregation ran, but a real client would hold the server's logits of
-            # the samples it uploaded (all of its own, every round), so the share downloads them
+        teachers = num_classes = 0
+        if ctx.round > 0 and _planned(system) and ctx.run is not None and ctx.run.partition is not None:
+            # a dry run of a later round: no aggregation ran, but a real client would receive the server's logits of
+            # the samples it uploaded (all of its own, every round), so the planned share downloads them
             teachers, num_classes = len(ctx.run.partition.train[client.id]), _classes(system)
         module = EdgeClient(edge, teachers, num_classes)
         download = (TEACHER_IDS, TEACHER_LOGITS) if teachers else ()
@@ -119,4 +127,4 @@ class EdgeShare:
                      meta={"cut": edge.cut, "feature_shape": list(system.feature_shape)})
 
 
-__all__ = ["EDGE_PREFIX", "EdgeClient", "EdgeShare", "edge_of", "reinit", "require_kd_system"]
+__all__ = ["EDGE_PREFIX", "EdgeClient", "EdgeShare", "edge_of", "reinit", "require_kd_system", "teacher_of"]
