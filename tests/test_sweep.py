@@ -260,7 +260,8 @@ def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swep
     readme = tmp_path / "README.md"
     readme.write_text("# plugin\n\nbefore\n<!-- generated:res -->\nold\n<!-- /generated:res -->\nafter\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, os.path.join(root, "examples", "sweep_tables.py"), str(out), "--percent",
+    script = os.path.join(root, "plugins", "fedcore-promptfl", "repro", "tables.py")  # fedcore.experiment.sweep_tables
+    done = subprocess.run([sys.executable, script, str(out), "--percent",
                            "--pair", "lr=0.3:lr=0.05", "--write", str(readme), "--tag", "res"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

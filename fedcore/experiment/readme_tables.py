@@ -4,13 +4,15 @@
 
 replaces everything between ``<!-- generated:promptfl-results -->`` and ``<!-- /generated:promptfl-results -->``
 (both must already be in the file, once each; a missing or repeated marker is an error, nothing is written).
-The results-table scripts (``examples/*_tables.py``) share their command line through :func:`tables_parser`,
-:func:`plots_dir` and :func:`emit`: ``SWEEP_DIR [--write README]``, plots next to the README.
+The results-table scripts (each plugin's ``repro/tables.py``) share their command line through
+:func:`tables_parser`, :func:`plots_dir` and :func:`emit`: ``SWEEP_DIR [--write README]``, plots next to the README.
+Public through :mod:`fedcore.experiment`.
 """
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+import contextlib
 from pathlib import Path
 import shlex
 from typing import Any
@@ -54,18 +56,40 @@ def sweep_command(sweep: Path) -> str:
     return read_listing(sweep).get("command") or f"fedcore sweep --resume {sweep}"
 
 
-def commands_line(script: str, argv: Sequence[str], *sweeps: Path) -> str:
-    """The block's first line: the sweeps' commands, then this table script's, and what the cells are."""
+def script_command(script: str | Path, argv: Sequence[str]) -> str:
+    """``python SCRIPT ARGS`` as typed: the script's path relative to the working directory when it lies below it
+    (pass ``__file__``), so a block written from the repository root names ``plugins/<name>/repro/tables.py``."""
+    path = Path(script)
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(Path.cwd().resolve())
+    return f"python {path.as_posix()} {shlex.join(argv)}".rstrip()
+
+
+def commands_line(script: str | Path, argv: Sequence[str], *sweeps: Path) -> str:
+    """The block's first line: the sweeps' commands, then this table script's (pass ``__file__``), and what the
+    cells are."""
     from fedcore.experiment.sweep_spec import read_listing
 
     listings = [read_listing(sweep) for sweep in sweeps]
     made = ", ".join(f"`{sweep_command(sweep)}`" for sweep in sweeps)
-    return (f"**Commands:** {made}, then `python examples/{script} {shlex.join(argv)}` "
+    return (f"**Commands:** {made}, then `{script_command(script, argv)}` "
             f"({sum(len(x['settings']) for x in listings)} settings x seeds {listings[0]['seeds']}; "
             f"every cell is a run directory).")
+
+
+def run_state(run: str | Path) -> dict[str, Any] | None:
+    """A run directory's state (round, ledger, ...) from its newest checkpoint that verifies; None without one."""
+    from fedcore.engine.checkpoint import latest_good
+
+    _, state, _, _ = latest_good(Path(run) / "checkpoints")
+    return state
 
 
 def not_finished(*tables: Any) -> str | None:
     """"Not finished (left out): ..." naming the cells a table rests without, or None when every cell finished."""
     missing = [f"{s.label} seed {seed}" for t in tables if t is not None for s in t.settings for seed in s.missing]
     return f"Not finished (left out): {', '.join(missing)}." if missing else None
+
+
+__all__ = ["commands_line", "emit", "not_finished", "plots_dir", "replace_block", "run_state", "script_command",
+           "sweep_command", "tables_parser"]

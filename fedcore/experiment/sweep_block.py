@@ -1,8 +1,11 @@
 """A plugin README's results block from a finished ``fedcore sweep``: one command, nothing typed by hand.
 
-    fedcore sweep examples/promptfl_sweep.toml --jobs 2 --out runs/promptfl-sweep
-    python examples/sweep_tables.py runs/promptfl-sweep --metric test_accuracy --percent \\
+    fedcore sweep plugins/fedcore-promptfl/repro/promptfl_sweep.toml --jobs 2 --out runs/promptfl-sweep
+    python plugins/fedcore-promptfl/repro/tables.py runs/promptfl-sweep --metric test_accuracy --percent \\
         --pair promptfl:untrained --write plugins/fedcore-promptfl/README.md --tag promptfl-results
+
+where the plugin's ``repro/tables.py`` is the two lines ``from fedcore.experiment import sweep_tables`` and
+``raise SystemExit(sweep_tables(script=__file__))``.
 
 For each ``--metric``: per setting across seeds, mean ± std, the 95% interval and the paired comparison with
 its baseline (the sweep's, or ``--baseline``; a variant's name pairs per grid point), then the values per seed.
@@ -12,13 +15,13 @@ are written next to the README (``results/<tag>/``). Without ``--write`` it prin
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 import sys
 
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
-
-from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
+from fedcore.experiment.readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 from fedcore.experiment.statistics import Paired
+from fedcore.experiment.sweep_report import SweepStatistics, sweep_statistics, write_sweep_report
 
 
 def _value(v: float | None, scale: float, digits: int) -> str:
@@ -75,8 +78,8 @@ def pairs_for(stats: SweepStatistics, given: list[str]) -> list[tuple[str, str]]
 
 
 def block(sweep: Path, metrics: list[str | None], pairs: list[str], baseline: str | None, scale: float,
-          digits: int, plots: Path, readme: Path | None, argv: list[str]) -> str:
-    out = [commands_line("sweep_tables.py", argv, sweep), ""]
+          digits: int, plots: Path, readme: Path | None, argv: list[str], script: str | Path) -> str:
+    out = [commands_line(script, argv, sweep), ""]
     for i, metric in enumerate(metrics):
         if i == 0:
             stats, _ = write_sweep_report(sweep, plots, metric=metric, baseline=baseline)
@@ -105,7 +108,9 @@ def block(sweep: Path, metrics: list[str | None], pairs: list[str], baseline: st
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> None:
+def sweep_tables(argv: Sequence[str] | None = None, script: str | Path | None = None) -> int:
+    """The results-block command (see the module): parse ``argv`` (default ``sys.argv[1:]``), print the block,
+    write it into ``--write README`` under ``--tag``; ``script`` is the path the block's command line names."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = tables_parser(__doc__)
     parser.add_argument("--metric", action="append", default=[], help="a recorded metric (repeat for several)")
@@ -121,9 +126,9 @@ def main(argv: list[str] | None = None) -> None:
     scale = 100.0 if args.percent else 1.0
     digits = args.digits if args.digits is not None else (1 if args.percent else 4)
     text = block(args.sweep, args.metric or [None], args.pair, args.baseline, scale, digits,
-                 plots_dir(args, args.tag or "sweep"), args.write, argv)
+                 plots_dir(args, args.tag or "sweep"), args.write, argv, sys.argv[0] if script is None else script)
     emit(text, args.write, args.tag)
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+__all__ = ["sweep_tables"]

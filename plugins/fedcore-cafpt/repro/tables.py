@@ -1,7 +1,7 @@
-"""The CaFPT README's results block, from a finished ``fedcore sweep examples/cafpt_sweep.toml``.
+"""The CaFPT README's results block, from a finished ``fedcore sweep plugins/fedcore-cafpt/repro/cafpt_sweep.toml``.
 
-    nice fedcore sweep examples/cafpt_sweep.toml --jobs 2 --out runs/cafpt-sweep
-    python examples/cafpt_tables.py runs/cafpt-sweep --write plugins/fedcore-cafpt/README.md
+    nice fedcore sweep plugins/fedcore-cafpt/repro/cafpt_sweep.toml --jobs 2 --out runs/cafpt-sweep
+    python plugins/fedcore-cafpt/repro/tables.py runs/cafpt-sweep --write plugins/fedcore-cafpt/README.md
 
 Per (rho, N), PromptFL's random N per class (``select=random``) against CaFPT's top-N by PVI (``select=pvi``)
 from the same pools, paired by seed (a draw): final global test accuracy, mean ± std and worst draw; the mean
@@ -17,13 +17,20 @@ from pathlib import Path
 import sys
 
 import numpy as np
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
 import fedcore
-from fedcore.experiment import SweepStatistics, write_sweep_report
-from fedcore.experiment.report import RunRecord
-from fedcore.experiment.statistics import spread
-from fedcore.experiment.sweep_spec import read_listing
+from fedcore.experiment import (
+    RunRecord,
+    SweepStatistics,
+    commands_line,
+    emit,
+    not_finished,
+    plots_dir,
+    read_listing,
+    spread,
+    tables_parser,
+    write_sweep_report,
+)
 
 TAG = "cafpt-results"
 METHODS = {"random": "PromptFL", "pvi": "CaFPT"}
@@ -139,7 +146,7 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     range_plot(values, plots)
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     missing = not_finished(stats)
-    out = [commands_line("cafpt_tables.py", argv, sweep), "",
+    out = [commands_line(__file__, argv, sweep), "",
            "Final global test accuracy across draws (seeds); Δ = mean per-draw difference CaFPT − PromptFL, paired "
            "t test and Wilcoxon signed-rank test (two-sided; with 5 pairs the smallest Wilcoxon p is 0.0625):", "",
            *lines, "", "Per draw (seeds " + " / ".join(str(s) for s in listing["seeds"]) + "): "

@@ -1,9 +1,9 @@
-"""The Co-S2P README's results block, from the finished sweeps of examples/cos2p_sweep.toml and, optionally, of
-examples/cos2p_schedule_sweep.toml (the μ × T_clk grid).
+"""The Co-S2P README's results block, from the finished sweeps of plugins/fedcore-cos2p/repro/cos2p_sweep.toml and, optionally, of
+plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml (the μ × T_clk grid).
 
-    nice fedcore sweep examples/cos2p_sweep.toml --jobs 2 --out runs/cos2p-sweep
-    nice fedcore sweep examples/cos2p_schedule_sweep.toml --jobs 2 --out runs/cos2p-schedule-sweep
-    python examples/cos2p_tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep --write plugins/fedcore-cos2p/README.md
+    nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_sweep.toml --jobs 2 --out runs/cos2p-sweep
+    nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml --jobs 2 --out runs/cos2p-schedule-sweep
+    python plugins/fedcore-cos2p/repro/tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep --write plugins/fedcore-cos2p/README.md
 
 Everything is read from the cells' recorded history rows: ``test_accuracy`` and ``virtual_time`` per round, the
 engine's ``ru`` (Eq. 17's per-round term; a run's RU is their mean, ``fedcore_cos2p.run_ru``) and ``utilisation``
@@ -21,10 +21,20 @@ import sys
 from typing import Any
 
 from fedcore_cos2p.metrics import run_ru, staleness_histogram
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
 
-from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
-from fedcore.experiment.statistics import Paired, paired, spread
+from fedcore.experiment import (
+    Paired,
+    SweepStatistics,
+    commands_line,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    spread,
+    sweep_statistics,
+    tables_parser,
+    write_sweep_report,
+)
 
 TAG = "cos2p-results"
 BASELINE = "fedrolex"
@@ -183,7 +193,7 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     missing = not_finished(stats, schedule)
     sweeps = [sweep, schedule_sweep] if schedule_sweep else [sweep]
-    out = [commands_line("cos2p_tables.py", argv, *sweeps), "",
+    out = [commands_line(__file__, argv, *sweeps), "",
            f"**R1 + R4: RU, busy fraction and server accuracy at an equal virtual-time budget ({budget:.4g} s, "
            f"the shortest synchronous run), mean ± std across seeds**", "", *main_tables(stats, budget), "",
            "**Claims of the paper at micro scale (accuracy and RU; the memory and time claims are in the cost "
@@ -201,8 +211,8 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = tables_parser(__doc__, "the sweep of examples/cos2p_sweep.toml")
-    parser.add_argument("schedule_sweep", type=Path, nargs="?", help="the sweep of examples/cos2p_schedule_sweep.toml")
+    parser = tables_parser(__doc__, "the sweep of plugins/fedcore-cos2p/repro/cos2p_sweep.toml")
+    parser.add_argument("schedule_sweep", type=Path, nargs="?", help="the sweep of plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml")
     args = parser.parse_args(argv)
     emit(results_block(args.sweep, args.schedule_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 

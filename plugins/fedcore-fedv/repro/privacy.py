@@ -6,9 +6,9 @@ recording on (seed 0, Dirichlet(0.3), 10 clients, half per round, the micro ViT 
 the honest-but-curious server then attacks one client's first batch of round 0 through each channel it saw
 (smashed data; the output gradient dL/db, DLG + iDLG; the two SPSA losses), knowing the client's segments as it
 distributed them at round start. The attacks are deterministic given the transcript. Accuracy across seeds is
-``fedcore sweep examples/fedv_sweep.toml`` (``examples/fedv_tables.py``).
+``fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml`` (``plugins/fedcore-fedv/repro/tables.py``).
 
-    nice python examples/fedv_privacy.py --out runs/fedv-privacy --readme     # ~1-2 CPU min, 1 thread
+    nice python plugins/fedcore-fedv/repro/privacy.py --out runs/fedv-privacy --readme     # ~1-2 CPU min, 1 thread
 
 Writes ``privacy.md``, ``privacy.json`` and ``reconstructions.png`` into ``--out`` and, with ``--readme``, the
 table into the plugin README (block ``fedv-privacy``) and the figure into ``plugins/fedcore-fedv/results/``.
@@ -20,19 +20,19 @@ import json
 from pathlib import Path
 import shutil
 
-from readme_tables import replace_block
 import torch
 
 from fedcore import Pipeline
 from fedcore.builtin import DirichletPartition, UniformSync
 from fedcore.data import load_digits
-from fedcore.models.pretrain import pretrained_for_target
+from fedcore.experiment import replace_block
+from fedcore.models import pretrained_for_target
 from fedcore_fedv import FedV, FedVZ, PairedTest
 from fedcore_fedv import inversion as inv
 from fedcore_split import SplitFedV1, layout_for
 
-PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "fedcore-fedv"
-COMMAND = "nice python examples/fedv_privacy.py --out runs/fedv-privacy --readme"
+PLUGIN = Path(__file__).resolve().parents[1]
+COMMAND = "nice python plugins/fedcore-fedv/repro/privacy.py --out runs/fedv-privacy --readme"
 METHODS = ("FedV", "FedVZ", "FedVZ strict", "SplitFed V1")
 
 

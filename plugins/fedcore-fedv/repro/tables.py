@@ -1,10 +1,10 @@
-"""The FedV README's results block, from a finished ``fedcore sweep examples/fedv_sweep.toml``: one command.
+"""The FedV README's results block, from a finished ``fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml``: one command.
 
-    nice fedcore sweep examples/fedv_sweep.toml --jobs 2 --out runs/fedv-sweep
-    python examples/fedv_tables.py runs/fedv-sweep --pair fedv:fedvz --pair fedv:fedavg-scratch/local \\
+    nice fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml --jobs 2 --out runs/fedv-sweep
+    python plugins/fedcore-fedv/repro/tables.py runs/fedv-sweep --pair fedv:fedvz --pair fedv:fedavg-scratch/local \\
         --write plugins/fedcore-fedv/README.md
 
-Richer than ``examples/sweep_tables.py`` in two ways the claims need. A FedAvg run records two scorings,
+Richer than :func:`fedcore.experiment.sweep_tables` in two ways the claims need. A FedAvg run records two scorings,
 ``test_accuracy`` (the global model) and ``local_model_accuracy`` (each client's model after its own local
 update, the paper's scoring), so each FedAvg setting gives two rows, the second named ``SETTING/local``, and
 any row can be paired with any other by seed (``--pair OTHER:BASE``); and the bytes per round the ledger
@@ -17,10 +17,19 @@ from __future__ import annotations
 from pathlib import Path
 import sys
 
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
-
-from fedcore.experiment import SweepStatistics, sweep_statistics, write_sweep_report
-from fedcore.experiment.statistics import Paired, paired, spread
+from fedcore.experiment import (
+    Paired,
+    SweepStatistics,
+    commands_line,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    spread,
+    sweep_statistics,
+    tables_parser,
+    write_sweep_report,
+)
 
 TAG = "fedv-results"
 LOCAL = "local_model_accuracy"
@@ -87,7 +96,7 @@ def block(sweep: Path, pairs: list[str], plots: Path, readme: Path | None, argv:
     local = sweep_statistics(sweep, metric=LOCAL) if has_local else None
     rows = rows_of(acc, local)
     seeds = sorted({seed for values in rows.values() for seed in values})
-    out = [commands_line("fedv_tables.py", argv, sweep), "",
+    out = [commands_line(__file__, argv, sweep), "",
            "Personalised test accuracy after the last round, sample-weighted over the clients' paired test splits "
            "(FedV/FedVZ/frozen: the global encoder with each client's own head and tail; SplitFed and FedAvg: the "
            "global model; `/local`: the same FedAvg runs scored with each client's model after its own local update, "

@@ -1,5 +1,5 @@
-"""examples/fedv_tables.py: the FedV README block from a sweep, with a second row per FedAvg setting scored by
-each client's local model, paired comparisons between any two rows, and the ledger's bytes per round."""
+"""repro/tables.py: the FedV README block from a sweep, with a second row per FedAvg setting scored by each
+client's local model, paired comparisons between any two rows, and the ledger's bytes per round."""
 import json
 import os
 import subprocess
@@ -33,7 +33,7 @@ CONFIG = textwrap.dedent("""
     global-only = { "pipeline.evaluate" = "split-eval" }
     fedavg = {}
     """)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def finals(out, setting, key):
@@ -51,7 +51,7 @@ def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path):
     assert main(["sweep", str(config), "--out", str(out)]) == 0
     readme = tmp_path / "README.md"
     readme.write_text("# fedv\n<!-- generated:fedv-results -->\nold\n<!-- /generated:fedv-results -->\nafter\n")
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "fedv_tables.py"), str(out),
+    done = subprocess.run([sys.executable, os.path.join(PLUGIN, "repro", "tables.py"), str(out),
                            "--pair", "fedavg/local:fedavg", "--pair", "fedavg/local:global-only",
                            "--write", str(readme)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -79,7 +79,7 @@ def test_fedv_tables_names_the_rows_when_a_pair_is_unknown(tmp_path):
     config.write_text(CONFIG.replace("seeds = 3", "seeds = 1").replace("rounds = 2", "rounds = 1"))
     out = tmp_path / "out"
     assert main(["sweep", str(config), "--out", str(out)]) == 0
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "fedv_tables.py"), str(out),
+    done = subprocess.run([sys.executable, os.path.join(PLUGIN, "repro", "tables.py"), str(out),
                            "--pair", "fedvz:fedavg"], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "--pair 'fedvz:fedavg'" in done.stderr and "fedavg/local" in done.stderr

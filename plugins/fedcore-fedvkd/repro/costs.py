@@ -1,11 +1,11 @@
 """FedVKD's E0 (spec 002 Sec. 6.3): parameters and forward MACs of the paper-scale models, and the uplink per sample.
 
-    python examples/fedvkd_costs.py --write plugins/fedcore-fedvkd/README.md
+    python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md
 
 Analytic, not a training run: the models are built at paper size with random init and their MACs counted by
 a FLOP counter (spec Sec. 4.4), so nothing depends on a seed and there is nothing to sweep or average. The
-seeded experiments (E1, E2, E4, E6) are ``fedcore sweep`` runs: examples/fedvkd_sweep.toml,
-examples/fedvkd_async_sweep.toml and examples/fedvkd_tables.py. Writes the table between
+seeded experiments (E1, E2, E4, E6) are ``fedcore sweep`` runs: plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml,
+plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml and plugins/fedcore-fedvkd/repro/tables.py. Writes the table between
 ``<!-- generated:fedvkd-costs -->`` and ``<!-- /generated:fedvkd-costs -->``.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 import time
 
 from fedcore_distill import forward_macs, num_params, paper_models
-from readme_tables import emit
 import torch
+
+from fedcore.experiment import emit
 
 TAG = "fedvkd-costs"
 SHAPES = {"cifar": ((3, 32, 32), (64, 32, 32)), "imagenet": ((3, 224, 224), (64, 56, 56))}
@@ -45,7 +46,7 @@ def paper_costs() -> list[tuple[str, str, str]]:
 
 
 def costs_block(rows: list[tuple[str, str, str]], seconds: float) -> str:
-    return "\n".join([f"Command: `python examples/fedvkd_costs.py --write plugins/fedcore-fedvkd/README.md` "
+    return "\n".join([f"Command: `python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md` "
                       f"({seconds:.0f} s).", "",
                       "**E0: costs at paper scale** (random init, FLOP counter on the meta device; spec §4.4):", "",
                       "| model | params | forward MACs / sample |", "|---|---|---|",

@@ -1,8 +1,8 @@
 """The FedVKD README's results block from two finished sweeps, beside the paper's Table 1: one command.
 
-    nice fedcore sweep examples/fedvkd_sweep.toml --jobs 2 --out runs/fedvkd-sweep
-    nice fedcore sweep examples/fedvkd_async_sweep.toml --jobs 2 --out runs/fedvkd-async-sweep
-    python examples/fedvkd_tables.py runs/fedvkd-sweep runs/fedvkd-async-sweep --write plugins/fedcore-fedvkd/README.md
+    nice fedcore sweep plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml --jobs 2 --out runs/fedvkd-sweep
+    nice fedcore sweep plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml --jobs 2 --out runs/fedvkd-async-sweep
+    python plugins/fedcore-fedvkd/repro/tables.py runs/fedvkd-sweep runs/fedvkd-async-sweep --write plugins/fedcore-fedvkd/README.md
 
 E1/E2/E4 (the first sweep): per method and partition, the best round's server accuracy across seeds (mean ± std;
 the 6-round runs are still rising, so the best round is nearly always the last), the paired difference to
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-import shlex
 import sys
 from typing import Any
 
@@ -28,13 +27,23 @@ from fedcore_distill import (
     fedavg_vit_model,
     forward_macs,
 )
-from readme_tables import emit, not_finished, plots_dir, sweep_command, tables_parser
 
-from fedcore.engine.checkpoint import latest_good
-from fedcore.experiment import SweepStatistics, sweep_statistics
-from fedcore.experiment.report import RunRecord
-from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
+from fedcore.experiment import (
+    Paired,
+    RunRecord,
+    SweepStatistics,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    read_listing,
+    run_state,
+    script_command,
+    spread,
+    sweep_command,
+    sweep_statistics,
+    tables_parser,
+)
 
 TAG = "fedvkd-results"
 NAMES = {"fedvkd": "FedVKD (ViT)", "fedavg-vit": "FedAvg (ViT)", "fedgkt": "FedGKT (CNN)",
@@ -102,7 +111,7 @@ def edge_macs_per_round(config: Mapping[str, Any]) -> float:
 
 def ledger_of(run: RunRecord) -> list[dict[str, Any]]:
     """The run's ledger rows (direction, kind, nbytes per message), from its newest verified checkpoint."""
-    _, state, _, _ = latest_good(run.path / "checkpoints")
+    state = run_state(run.path)
     if state is None:
         raise SystemExit(f"{run.path}: no readable checkpoint, so no ledger")
     return list(state["ledger"])
@@ -229,7 +238,7 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
     n = len(read_listing(sweep)['seeds'])
     return "\n".join([
         f"**Commands:** `{sweep_command(sweep)}`, `{sweep_command(async_sweep)}`, then "
-        f"`python examples/fedvkd_tables.py {shlex.join(argv)}` (every cell is a run directory; "
+        f"`{script_command(__file__, argv)}` (every cell is a run directory; "
         f"{len(stats.settings)} + {len(e6.settings)} settings x seeds {read_listing(sweep)['seeds']}).", "",
         "**E1/E2/E4: accuracy (%)**, best round of each run, mean ± std over seeds; server accuracy = mean over "
         "clients of server ∘ extractor_k; Δ = mean per-seed difference to FedAvg(ViT) at the same partition, in "
@@ -244,8 +253,8 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = tables_parser(__doc__, "the finished sweep of examples/fedvkd_sweep.toml")
-    parser.add_argument("async_sweep", type=Path, help="the finished sweep of examples/fedvkd_async_sweep.toml")
+    parser = tables_parser(__doc__, "the finished sweep of plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml")
+    parser.add_argument("async_sweep", type=Path, help="the finished sweep of plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml")
     args = parser.parse_args(argv)
     emit(results_block(args.sweep, args.async_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 

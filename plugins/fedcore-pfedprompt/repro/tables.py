@@ -1,7 +1,7 @@
-"""The pFedPrompt README's results block, from a finished ``fedcore sweep examples/pfedprompt_sweep.toml``.
+"""The pFedPrompt README's results block, from a finished ``fedcore sweep plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml``.
 
-    nice fedcore sweep examples/pfedprompt_sweep.toml --jobs 2 --out runs/pfedprompt-sweep
-    python examples/pfedprompt_tables.py runs/pfedprompt-sweep --write plugins/fedcore-pfedprompt/README.md
+    nice fedcore sweep plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml --jobs 2 --out runs/pfedprompt-sweep
+    python plugins/fedcore-pfedprompt/repro/tables.py runs/pfedprompt-sweep --write plugins/fedcore-pfedprompt/README.md
 
 Methods x shots, mean ± std across seeds, of what every cell recorded: ``local_accuracy`` (pFedPrompt at the
 fixed α), ``local_accuracy_local_space``, ``heldout_accuracy@selected`` (α picked on the validation half) and the
@@ -13,16 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-import shlex
 import sys
 from typing import Any
 
-from readme_tables import emit, not_finished, plots_dir, tables_parser
-
-from fedcore.experiment import sweep_statistics, write_sweep_report
-from fedcore.experiment.report import RunRecord
-from fedcore.experiment.statistics import Paired, paired, spread
-from fedcore.experiment.sweep_spec import read_listing
+from fedcore.experiment import (
+    Paired,
+    RunRecord,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    read_listing,
+    script_command,
+    spread,
+    sweep_statistics,
+    tables_parser,
+    write_sweep_report,
+)
 
 TAG = "pfedprompt-results"
 NAMES = {"promptfl": "PromptFL", "promptfl-ft": "PromptFL+FT", "promptper": "PromptPer", "promptprox": "PromptProx",
@@ -134,7 +141,7 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     base_alpha = float(fixed.stats.runs[f"pfedprompt-thesis shots={shots[0]}"][0].config["pipeline"]["evaluate"]
                        ["alpha"])
     picked = {v: {s: held.values(v, s, lambda r: r.get("alpha_selected")) for s in shots} for v in MEMORY}
-    out = [f"**Commands:** `{listing.get('command')}`, then `python examples/pfedprompt_tables.py {shlex.join(argv)}` "
+    out = [f"**Commands:** `{listing.get('command')}`, then `{script_command(__file__, argv)}` "
            f"({len(listing['settings'])} settings x seeds {seeds}; every cell is a run directory).", "",
            "Local accuracy (%), mean ± std over seeds: each client's test images of its 3 classes predicted over "
            "all 30 classes, mean over clients. pFedPrompt rows use the fixed α (the thesis's 2-shot α rescaled); "

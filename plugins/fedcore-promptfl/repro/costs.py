@@ -1,27 +1,27 @@
 """PromptFL's deterministic numbers: bytes per round, learnable share, real CLIP sizes, Table 4.1, zero-shot.
 
-Nothing here depends on a seed, so it is not a sweep (the seeded accuracies are examples/promptfl_sweep.toml):
+Nothing here depends on a seed, so it is not a sweep (the seeded accuracies are plugins/fedcore-promptfl/repro/promptfl_sweep.toml):
 the bytes per round come from the ledger of one round of each pipeline at the sweep's setting (10 clients, the
 tiny CLIP; a share's size does not depend on the seed), the learnable share and the RN50 / ViT-B-16 sizes are
 parameter counts (``prompt_ratios`` builds the open_clip architectures with random weights, nothing is
 downloaded), Table 4.1 is ``system_cost``'s closed form and the zero-shot accuracy is the fixed backbone's.
 
-    python examples/promptfl_costs.py --write plugins/fedcore-promptfl/README.md
+    python plugins/fedcore-promptfl/repro/costs.py --write plugins/fedcore-promptfl/README.md
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from readme_tables import replace_block
 import torch
 
+from fedcore.experiment import replace_block
 from fedcore_clip import prompted_clip
 from fedcore_clip.captioned import downstream
 from fedcore_clip.pretrain import load_pretrained
 from fedcore_promptfl import clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
 
-COMMAND = "python examples/promptfl_costs.py --write plugins/fedcore-promptfl/README.md"
+COMMAND = "python plugins/fedcore-promptfl/repro/costs.py --write plugins/fedcore-promptfl/README.md"
 CLIENTS = 10
 
 

@@ -7,7 +7,7 @@ import torch
 
 import fedcore
 from fedcore.data import load_digits
-from fedcore.models.pretrain import pretrained_for_target
+from fedcore.models import pretrained_for_target
 
 torch.set_num_threads(1)
 train, test = load_digits(classes=(5, 6, 7, 8, 9))

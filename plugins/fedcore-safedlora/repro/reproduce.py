@@ -4,8 +4,8 @@
 digits 0-4 (cached); the federated target task is digits 5-9 with a fresh head, 5 clients, Dirichlet
 label skew, full participation. FedAvg and FedPer start from scratch, as in the paper.
 
-    nice python examples/safedlora_reproduce.py --out runs/safedlora            # ~4 min, 1 thread
-    nice python examples/safedlora_reproduce.py --seeds 0 1 2 --out runs/safedlora
+    nice python plugins/fedcore-safedlora/repro/reproduce.py --out runs/safedlora            # ~4 min, 1 thread
+    nice python plugins/fedcore-safedlora/repro/reproduce.py --seeds 0 1 2 --out runs/safedlora
 
 Writes ``results.json``, ``results.md``, ``accuracy_vs_bytes.png`` and ``rank_over_rounds.png``.
 """
@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
+import time
 
 import numpy as np
 import torch
 
 import fedcore
 from fedcore.data import load_digits
-from fedcore.models import micro_vit
-from fedcore.models.pretrain import pretrained_for_target
-from fedcore_safedlora.costs import GIB, MIB, converged_cost, cost_to_target, reduction
+from fedcore.models import micro_vit, pretrained_for_target
+from fedcore_safedlora.costs import MIB, converged_cost, cost_to_target, reduction
 
 ROUNDS = 20
 PLAN = dict(t2_rounds=ROUNDS, r_a=6, r_b=4, t_a=2, t_b=10, lora_init_std=None)

@@ -1,7 +1,7 @@
-"""The SA-FedLoRA README's results block, from a finished ``fedcore sweep examples/safedlora_sweep.toml``.
+"""The SA-FedLoRA README's results block, from a finished ``fedcore sweep plugins/fedcore-safedlora/repro/safedlora_sweep.toml``.
 
-    nice fedcore sweep examples/safedlora_sweep.toml --jobs 2 --out runs/safedlora-sweep
-    python examples/safedlora_tables.py runs/safedlora-sweep --write plugins/fedcore-safedlora/README.md
+    nice fedcore sweep plugins/fedcore-safedlora/repro/safedlora_sweep.toml --jobs 2 --out runs/safedlora-sweep
+    python plugins/fedcore-safedlora/repro/tables.py runs/safedlora-sweep --write plugins/fedcore-safedlora/README.md
 
 Per setting across seeds: final and best test accuracy (mean ± std, paired t and Wilcoxon against FedFFT),
 and the bytes the ledger counted (total, and to the first round >= 0.85, TC). Writes the markdown between
@@ -14,10 +14,17 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
-
-from fedcore.experiment import write_sweep_report
-from fedcore.experiment.statistics import Paired, paired, spread
+from fedcore.experiment import (
+    Paired,
+    commands_line,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    spread,
+    tables_parser,
+    write_sweep_report,
+)
 from fedcore_safedlora.costs import MIB, cost_to_target
 
 TARGET = 0.85
@@ -69,7 +76,7 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     per_seed = "; ".join(f"{s.label} " + " / ".join(f"{v:.4f}" for _, v in sorted(s.values.items()))
                          for s in stats.settings)
     seeds = sorted({seed for s in stats.settings for seed in s.values})
-    out = [commands_line("safedlora_tables.py", argv, sweep), "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
+    out = [commands_line(__file__, argv, sweep), "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
            "Δ = mean per-seed difference to FedFFT; t p = paired t test, W p = Wilcoxon signed-rank (two-sided).", ""]
     if missing:
         out += [missing, ""]

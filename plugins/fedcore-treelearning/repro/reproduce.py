@@ -1,4 +1,4 @@
-"""Spec 003a A8's deterministic parts, scaled to a 2-core CPU: ``python -m fedcore_treelearning.reproduce [--quick]``.
+"""Spec 003a A8's deterministic parts, scaled to a 2-core CPU: ``python plugins/fedcore-treelearning/repro/reproduce.py [--quick]``.
 
 Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin README and ``speedup.png``:
 
@@ -8,8 +8,8 @@ Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin 
 
 None of these trains a model: (1) is a correctness check over fixed instances and (2), (3) evaluate the cost
 model on profiled networks, so they have no seed to sweep. The trained runs (accuracy parity, time to
-accuracy, client sync, dropout) are a ``fedcore sweep``: ``examples/treelearning_parity_sweep.toml``, tabulated
-by ``examples/treelearning_tables.py``.
+accuracy, client sync, dropout) are a ``fedcore sweep``: ``plugins/fedcore-treelearning/repro/treelearning_parity_sweep.toml``, tabulated
+by ``plugins/fedcore-treelearning/repro/tables.py``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from fedcore_treelearning import speedup
 from fedcore_treelearning.cost import SplitProblem
 from fedcore_treelearning.solver import branch_and_bound, exhaustive
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 # -- 1. partitioner ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""The Tree Learning README's accuracy block, from a finished ``fedcore sweep examples/treelearning_parity_sweep.toml``.
+"""The Tree Learning README's accuracy block, from a finished ``fedcore sweep plugins/fedcore-treelearning/repro/treelearning_parity_sweep.toml``.
 
-    nice fedcore sweep examples/treelearning_parity_sweep.toml --jobs 2 --out runs/treelearning-parity
-    python examples/treelearning_tables.py runs/treelearning-parity --write plugins/fedcore-treelearning/README.md
+    nice fedcore sweep plugins/fedcore-treelearning/repro/treelearning_parity_sweep.toml --jobs 2 --out runs/treelearning-parity
+    python plugins/fedcore-treelearning/repro/tables.py runs/treelearning-parity --write plugins/fedcore-treelearning/README.md
 
 Per setting across seeds: final test accuracy (mean ± std; paired t and Wilcoxon against the SL setting of the
 same mode), simulated seconds per epoch, and the simulated time to 95 % of that SL setting's mean final accuracy
@@ -17,11 +17,19 @@ from pathlib import Path
 import shutil
 import sys
 
-from readme_tables import commands_line, emit, not_finished, plots_dir, tables_parser
-
-from fedcore.experiment import SweepStatistics, write_sweep_report
-from fedcore.experiment.report import RunRecord
-from fedcore.experiment.statistics import Paired, paired, spread
+from fedcore.experiment import (
+    Paired,
+    RunRecord,
+    SweepStatistics,
+    commands_line,
+    emit,
+    not_finished,
+    paired,
+    plots_dir,
+    spread,
+    tables_parser,
+    write_sweep_report,
+)
 
 TAG = "treelearning-parity"
 TARGET = 0.95  # of the SL setting's mean final accuracy
@@ -159,7 +167,7 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
     lines, targets, per_seed = table(stats)
     plot_vs_time(stats, targets, plots / "accuracy_vs_sim_time.png")
     rel = plots.relative_to(readme.parent) if readme is not None else plots
-    out = [commands_line("treelearning_tables.py", argv, sweep), "",
+    out = [commands_line(__file__, argv, sweep), "",
            *lines, "",
            "Δ = mean per-seed difference (setting − SL of the same mode: `sl` horizontally, `vsl` vertically); "
            "t p = paired t test, W p = Wilcoxon signed-rank, both two-sided. Targets: "
