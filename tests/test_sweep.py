@@ -287,8 +287,8 @@ def test_the_public_table_helpers_name_the_script_read_a_runs_state_and_write_be
     assert script_command(script, ["runs/s", "--write", "My README.md"]) == \
         "python plugins/fedcore-promptfl/repro/tables.py runs/s --write 'My README.md'"
     line = commands_line(script, ["runs/s"], out)
-    assert line.startswith("**Commands:** `fedcore sweep ") and "then `python plugins/fedcore-promptfl/repro/tables.py " \
-        "runs/s` (2 settings x seeds [0, 1, 2];" in line
+    assert line.startswith("**Commands:** `fedcore sweep ")
+    assert "then `python plugins/fedcore-promptfl/repro/tables.py runs/s` (2 settings x seeds [0, 1, 2];" in line
     monkeypatch.chdir(tmp_path)  # elsewhere: the whole path
     assert script_command(script, []) == f"python {script.as_posix()}"
     state = run_state(out / "lr=0.3" / "seed-1")  # the cell's last verified checkpoint
