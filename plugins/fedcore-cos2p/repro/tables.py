@@ -1,9 +1,10 @@
-"""The Co-S2P README's results block, from the finished sweeps of plugins/fedcore-cos2p/repro/cos2p_sweep.toml and, optionally, of
-plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml (the μ × T_clk grid).
+"""The Co-S2P README's results block, from the finished sweeps of repro/cos2p_sweep.toml and, optionally, of
+repro/cos2p_schedule_sweep.toml (the μ × T_clk grid); the commands run from the repository root.
 
     nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_sweep.toml --jobs 2 --out runs/cos2p-sweep
     nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml --jobs 2 --out runs/cos2p-schedule-sweep
-    python plugins/fedcore-cos2p/repro/tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep --write plugins/fedcore-cos2p/README.md
+    python plugins/fedcore-cos2p/repro/tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep \\
+        --write plugins/fedcore-cos2p/README.md
 
 Everything is read from the cells' recorded history rows: ``test_accuracy`` and ``virtual_time`` per round, the
 engine's ``ru`` (Eq. 17's per-round term; a run's RU is their mean, ``fedcore_cos2p.run_ru``) and ``utilisation``
@@ -211,8 +212,8 @@ def results_block(sweep: Path, schedule_sweep: Path | None, plots: Path, readme:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = tables_parser(__doc__, "the sweep of plugins/fedcore-cos2p/repro/cos2p_sweep.toml")
-    parser.add_argument("schedule_sweep", type=Path, nargs="?", help="the sweep of plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml")
+    parser = tables_parser(__doc__, "the sweep of repro/cos2p_sweep.toml")
+    parser.add_argument("schedule_sweep", type=Path, nargs="?", help="the sweep of repro/cos2p_schedule_sweep.toml")
     args = parser.parse_args(argv)
     emit(results_block(args.sweep, args.schedule_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 

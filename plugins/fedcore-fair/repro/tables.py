@@ -2,7 +2,8 @@
 repository root):
 
     nice -n 19 fedcore sweep plugins/fedcore-fair/repro/sweep.toml --jobs 1 --out runs/fair-sweep
-    python plugins/fedcore-fair/repro/tables.py runs/fair-sweep --metric personal_accuracy_min --metric personal_accuracy_std \\
+    python plugins/fedcore-fair/repro/tables.py runs/fair-sweep \\
+        --metric personal_accuracy_min --metric personal_accuracy_std \\
         --metric test_accuracy --percent --write plugins/fedcore-fair/README.md --tag fair-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,

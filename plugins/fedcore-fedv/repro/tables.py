@@ -1,4 +1,4 @@
-"""The FedV README's results block, from a finished ``fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml``: one command.
+"""The FedV README's results block, from a finished ``fedcore sweep`` of ``repro/fedv_sweep.toml``: one command.
 
     nice fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml --jobs 2 --out runs/fedv-sweep
     python plugins/fedcore-fedv/repro/tables.py runs/fedv-sweep --pair fedv:fedvz --pair fedv:fedavg-scratch/local \\

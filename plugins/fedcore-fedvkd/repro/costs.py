@@ -5,7 +5,7 @@
 Analytic, not a training run: the models are built at paper size with random init and their MACs counted by
 a FLOP counter (spec Sec. 4.4), so nothing depends on a seed and there is nothing to sweep or average. The
 seeded experiments (E1, E2, E4, E6) are ``fedcore sweep`` runs: plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml,
-plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml and plugins/fedcore-fedvkd/repro/tables.py. Writes the table between
+repro/fedvkd_async_sweep.toml and repro/tables.py. Writes the table between
 ``<!-- generated:fedvkd-costs -->`` and ``<!-- /generated:fedvkd-costs -->``.
 """
 from __future__ import annotations
@@ -46,8 +46,8 @@ def paper_costs() -> list[tuple[str, str, str]]:
 
 
 def costs_block(rows: list[tuple[str, str, str]], seconds: float) -> str:
-    return "\n".join([f"Command: `python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md` "
-                      f"({seconds:.0f} s).", "",
+    return "\n".join(["Command: `python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md`"
+                      f" ({seconds:.0f} s).", "",
                       "**E0: costs at paper scale** (random init, FLOP counter on the meta device; spec §4.4):", "",
                       "| model | params | forward MACs / sample |", "|---|---|---|",
                       *(f"| {m} | {p} | {c} |" for m, p, c in rows)])

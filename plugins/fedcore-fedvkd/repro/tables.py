@@ -2,7 +2,8 @@
 
     nice fedcore sweep plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml --jobs 2 --out runs/fedvkd-sweep
     nice fedcore sweep plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml --jobs 2 --out runs/fedvkd-async-sweep
-    python plugins/fedcore-fedvkd/repro/tables.py runs/fedvkd-sweep runs/fedvkd-async-sweep --write plugins/fedcore-fedvkd/README.md
+    python plugins/fedcore-fedvkd/repro/tables.py runs/fedvkd-sweep runs/fedvkd-async-sweep \\
+        --write plugins/fedcore-fedvkd/README.md
 
 E1/E2/E4 (the first sweep): per method and partition, the best round's server accuracy across seeds (mean ± std;
 the 6-round runs are still rising, so the best round is nearly always the last), the paired difference to
@@ -253,8 +254,8 @@ def results_block(sweep: Path, async_sweep: Path, plots: Path, readme: Path | No
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = tables_parser(__doc__, "the finished sweep of plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml")
-    parser.add_argument("async_sweep", type=Path, help="the finished sweep of plugins/fedcore-fedvkd/repro/fedvkd_async_sweep.toml")
+    parser = tables_parser(__doc__, "the finished sweep of repro/fedvkd_sweep.toml")
+    parser.add_argument("async_sweep", type=Path, help="the finished sweep of repro/fedvkd_async_sweep.toml")
     args = parser.parse_args(argv)
     emit(results_block(args.sweep, args.async_sweep, plots_dir(args, TAG), args.write, argv), args.write, TAG)
 

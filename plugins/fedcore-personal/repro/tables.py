@@ -2,7 +2,8 @@
 repository root):
 
     nice -n 19 fedcore sweep plugins/fedcore-personal/repro/sweep.toml --jobs 1 --out runs/personal-sweep
-    python plugins/fedcore-personal/repro/tables.py runs/personal-sweep --metric personal_accuracy --metric personal_accuracy_min \\
+    python plugins/fedcore-personal/repro/tables.py runs/personal-sweep \\
+        --metric personal_accuracy --metric personal_accuracy_min \\
         --percent --write plugins/fedcore-personal/README.md --tag personal-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,

@@ -1,4 +1,4 @@
-"""The pFedPrompt README's results block, from a finished ``fedcore sweep plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml``.
+"""The pFedPrompt README's results block, from a finished ``fedcore sweep`` of ``repro/pfedprompt_sweep.toml``.
 
     nice fedcore sweep plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml --jobs 2 --out runs/pfedprompt-sweep
     python plugins/fedcore-pfedprompt/repro/tables.py runs/pfedprompt-sweep --write plugins/fedcore-pfedprompt/README.md

@@ -1,6 +1,6 @@
 """PromptFL's deterministic numbers: bytes per round, learnable share, real CLIP sizes, Table 4.1, zero-shot.
 
-Nothing here depends on a seed, so it is not a sweep (the seeded accuracies are plugins/fedcore-promptfl/repro/promptfl_sweep.toml):
+Nothing here depends on a seed, so it is not a sweep (the seeded accuracies are repro/promptfl_sweep.toml):
 the bytes per round come from the ledger of one round of each pipeline at the sweep's setting (10 clients, the
 tiny CLIP; a share's size does not depend on the seed), the learnable share and the RN50 / ViT-B-16 sizes are
 parameter counts (``prompt_ratios`` builds the open_clip architectures with random weights, nothing is

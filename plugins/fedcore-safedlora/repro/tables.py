@@ -1,4 +1,4 @@
-"""The SA-FedLoRA README's results block, from a finished ``fedcore sweep plugins/fedcore-safedlora/repro/safedlora_sweep.toml``.
+"""The SA-FedLoRA README's results block, from a finished ``fedcore sweep`` of ``repro/safedlora_sweep.toml``.
 
     nice fedcore sweep plugins/fedcore-safedlora/repro/safedlora_sweep.toml --jobs 2 --out runs/safedlora-sweep
     python plugins/fedcore-safedlora/repro/tables.py runs/safedlora-sweep --write plugins/fedcore-safedlora/README.md

@@ -1,4 +1,5 @@
-"""Spec 003a A8's deterministic parts, scaled to a 2-core CPU: ``python plugins/fedcore-treelearning/repro/reproduce.py [--quick]``.
+"""Spec 003a A8's deterministic parts, scaled to a 2-core CPU: ``python repro/reproduce.py [--quick]``
+(from the plugin's folder or as ``plugins/fedcore-treelearning/repro/reproduce.py`` from the repository root).
 
 Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin README and ``speedup.png``:
 
@@ -8,8 +9,8 @@ Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin 
 
 None of these trains a model: (1) is a correctness check over fixed instances and (2), (3) evaluate the cost
 model on profiled networks, so they have no seed to sweep. The trained runs (accuracy parity, time to
-accuracy, client sync, dropout) are a ``fedcore sweep``: ``plugins/fedcore-treelearning/repro/treelearning_parity_sweep.toml``, tabulated
-by ``plugins/fedcore-treelearning/repro/tables.py``.
+accuracy, client sync, dropout) are a ``fedcore sweep``: ``repro/treelearning_parity_sweep.toml``, tabulated by
+``repro/tables.py``.
 """
 from __future__ import annotations
 
