@@ -2,7 +2,7 @@
 
     python examples/schedulers_compare.py                      # inline executor
     python examples/schedulers_compare.py --executor both      # inline and Ray, checks they agree
-    fedcore report runs/schedulers/*                           # (called at the end when available)
+    fedcore report runs/schedulers/*                           # (its report is written at the end)
 
 20 clients on the embedded digits (Dirichlet 1.0 label skew, micro CNN) with Tree Learning's
 watch:phone:laptop = 4:2:2 device mix; seeded faults: 5 % offline at dispatch, 5 % drop out
@@ -38,9 +38,9 @@ from fedcore.builtin import (
     SGDUpdate,
     UniformSync,
 )
+from fedcore import Pipeline
 from fedcore.data import load_digits
 from fedcore.models import micro_cnn
-from fedcore.pipeline import Pipeline
 from fedcore.runtime import Faults, ProfileAssignment, SimClock
 
 N = 20
@@ -56,9 +56,9 @@ def run_one(name: str, executor_name: str, data, eval_every: int, staleness_awar
     schedule, rounds = SCHEDULES[name]
     executor = None
     if executor_name == "ray":
-        from fedcore.engine.ray_executor import RayExecutor
+        from fedcore.plugins import lookup
 
-        executor = RayExecutor(num_workers=2)
+        executor = lookup("executor", "ray").obj(num_workers=2)  # the executor `executor = "ray"` names
     train, test = data
     torch.manual_seed(0)
     aggregate = FedAvg()
@@ -102,12 +102,10 @@ def main() -> None:
               f"{h[-1]['virtual_time']:6.2f} s  utilisation {h[-1]['utilisation']:.2f}  events {faults}")
         dirs.append(out / name)
         write_run(out / name, result)
-    try:
-        from fedcore.cli import main as fedcore_main
-    except ImportError:
-        print(f"run directories: {', '.join(map(str, dirs))} (fedcore report is not available)")
-        return
-    fedcore_main(["report", *map(str, dirs), "--out", str(out / "report")])
+    from fedcore.experiment import load_runs, write_report
+
+    report, files, _, metric = write_report(load_runs(dirs), out / "report")
+    print(f"run directories: {', '.join(map(str, dirs))}; report ({metric}): {report} ({len(files)} plots)")
 
 
 if __name__ == "__main__":

@@ -176,7 +176,11 @@ def test_runtime_tables_build_the_clock_profiles_and_faults(tmp_path):
     assert m.run_kwargs["faults"] == Faults(dropout_during=0.1) or m.run_kwargs["faults"].dropout_during == 0.1
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+REPRO_CONFIGS = sorted(EXAMPLES.parent.glob("plugins/*/repro/*.toml"))  # each method's sweeps, in its distribution
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")) + REPRO_CONFIGS,
+                         ids=lambda p: str(p.relative_to(EXAMPLES.parent)))
 def test_every_example_config_plans(path):
     from fedcore.experiment.config import read_toml
     from fedcore.experiment.sweep_spec import load_sweep_spec

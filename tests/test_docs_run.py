@@ -3,7 +3,8 @@
 The convention (also stated at the top of docs/plugins.md):
 
 * ```` ```python ```` blocks of one page run in order in one namespace, like a doctest page, in a temporary
-  working directory per page (with ``examples/`` linked in). Each block is its own test, ``PAGE:LINE``.
+  working directory per page (with ``examples/`` and ``plugins/`` linked in: commands run from the repository
+  root, a plugin's reproduction included). Each block is its own test, ``PAGE:LINE``.
 * ```` ```toml ```` blocks are experiment configs, checked with ``fedcore describe`` (parsed, every name and
   setting resolved, nothing runs), unless their first line is a comment naming another file:
   ``# pyproject.toml`` (parsed; its ``fedcore`` entry points must name an installed registration module, or
@@ -13,6 +14,8 @@ The convention (also stated at the top of docs/plugins.md):
   other commands (``pip``, ``python -m build``, ``scripts/dev``, ...) are reported as skipped, with the reason.
 * A block without a language is a diagram or a table, not code; one that looks like a command or code fails
   until it is tagged.
+* Every file a command names (``plugins/fedcore-cos2p/repro/tables.py``, ``examples/cos2p.toml``) exists,
+  relative to the repository root, run or not: a moved script cannot leave a README command behind.
 * A block opts out only with ``<!-- docs-run: skip (reason) -->`` on the line before it; it is reported as
   skipped with that reason (``-ra`` prints the reasons).
 
@@ -216,6 +219,7 @@ class Page:
     def __init__(self, page: str, directory: Path) -> None:
         self.page, self.dir = page, directory
         (directory / "examples").symlink_to(ROOT / "examples")
+        (directory / "plugins").symlink_to(ROOT / "plugins")  # commands name plugins/<name>/repro/ from the root
         self.namespace: dict = {"__name__": f"docs:{page}"}
         self.done: dict[str, BaseException | None] = {}
 
@@ -273,6 +277,32 @@ def test_skip_markers_sit_on_a_block() -> None:
                 assert SKIP.match(line.strip()), f"{page}:{i + 1}: write <!-- docs-run: skip (reason) -->"
                 after = next((x for x in lines[i + 1:] if x.strip()), "")
                 assert FENCE.match(after), f"{page}:{i + 1}: a docs-run marker must come right before a code block"
+
+
+NAMED_FILE = re.compile(r"^(?:\./)?((?:[\w.-]+/)+[\w.-]+\.(?:py|toml|md))$")
+
+
+def named_files(command: str) -> list[str]:
+    """The repository files a command line names: path-like arguments ending in .py/.toml/.md, not under runs/."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = command.split()
+    return [m.group(1) for w in words for m in [NAMED_FILE.match(w)] if m and not m.group(1).startswith("runs/")]
+
+
+COMMANDS = [s for s in ALL_STEPS if s.kind == "command" and named_files(s.text)]
+
+
+@pytest.mark.parametrize("step", COMMANDS, ids=[s.id for s in COMMANDS])
+def test_the_files_a_command_names_exist_from_the_repository_root(step: Step) -> None:
+    missing = [f for f in named_files(step.text) if not (ROOT / f).exists()]
+    assert not missing, f"{step.id}: `{step.text}` names {missing}, not in the repository (run from its root)"
+
+
+def test_named_files_reads_paths_from_a_command() -> None:
+    cmd = "nice fedcore sweep plugins/fedcore-x/repro/x_sweep.toml --out runs/x && python repro/tables.py runs/x/a.md"
+    assert named_files(cmd) == ["plugins/fedcore-x/repro/x_sweep.toml", "repro/tables.py"]
 
 
 # -- docs/hooks.md is enough to write, register and publish a plugin -------------------------------------------

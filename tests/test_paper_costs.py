@@ -38,8 +38,8 @@ SLOW_SMOKES = {"fedvkd_cifar10", "fedvkd_imagenet", "fedavg-vit_cifar10", "cos2p
 
 
 def costs_table():
-    """examples/paper/costs_table.py, the script that writes docs/paper-scale.md's cost tables (not a package)."""
-    spec = importlib.util.spec_from_file_location("paper_costs_table", PAPER / "costs_table.py")
+    """scripts/paper_costs.py, the script that writes docs/paper-scale.md's cost tables (not a package)."""
+    spec = importlib.util.spec_from_file_location("paper_costs", ROOT / "scripts" / "paper_costs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -273,16 +273,16 @@ def written_block(tag: str) -> str:
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_docs_cost_table_is_the_generated_one(name):
-    """docs/paper-scale.md holds each config's dry-run table as examples/paper/costs_table.py writes it."""
+    """docs/paper-scale.md holds each config's dry-run table as scripts/paper_costs.py writes it."""
     assert written_block(f"paper-costs:{name}") == costs_table().block(name, planned), (
-        f"docs/paper-scale.md's paper-costs:{name} block is stale: run python examples/paper/costs_table.py --write "
+        f"docs/paper-scale.md's paper-costs:{name} block is stale: run python scripts/paper_costs.py --write "
         f"docs/paper-scale.md")
 
 
 def test_docs_summary_is_the_generated_one():
     """The summary of every config (a row per config and planned round, the issue's closing-note list) is current."""
     assert written_block("paper-costs:summary") == costs_table().summary(CONFIGS, planned), (
-        "docs/paper-scale.md's summary is stale: run python examples/paper/costs_table.py --write docs/paper-scale.md")
+        "docs/paper-scale.md's summary is stale: run python scripts/paper_costs.py --write docs/paper-scale.md")
 
 
 def test_tree_learning_tab32_traffic_is_activations_both_ways_per_sample():

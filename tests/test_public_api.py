@@ -1,8 +1,9 @@
 """One public API, enforced: ``__all__`` is the truth, ``docs/plugins.md`` lists it, plugins import only it.
 
 The public modules are the rows of the table in docs/plugins.md ("The public API"); each row's names
-must equal that module's ``__all__``, and every plugin's and substrate's source may import from
-``fedcore`` only those modules and names (``fedcore.data.labels_of``, not ``fedcore.data.arrays.labels_of``).
+must equal that module's ``__all__``, and everything that ships outside the core (every plugin's and
+substrate's source, each plugin's ``repro/`` scripts, ``examples/``) may import from ``fedcore`` only those
+modules and names (``fedcore.data.labels_of``, not ``fedcore.data.arrays.labels_of``).
 """
 from __future__ import annotations
 
@@ -114,11 +115,17 @@ def private_uses(source: str, public: dict[str, list[str]]) -> list[str]:
 
 
 def sources() -> list[Path]:
-    return sorted([*ROOT.glob("plugins/*/src/**/*.py"), *ROOT.glob("substrates/*/src/**/*.py")])
+    return sorted([*ROOT.glob("plugins/*/src/**/*.py"), *ROOT.glob("substrates/*/src/**/*.py"),
+                   *ROOT.glob("plugins/*/repro/**/*.py"), *ROOT.glob("examples/**/*.py")])
 
 
 def test_there_are_plugin_sources_to_scan():
-    assert len(sources()) > 20
+    found = sources()
+    assert len(found) > 20
+    # the plugins' reproductions and the examples are scanned too, not only the packages
+    parts = [p.relative_to(ROOT).parts for p in found]
+    where = {part[0] if part[0] == "examples" else part[2] for part in parts}
+    assert where == {"src", "repro", "examples"}, where
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -2,6 +2,7 @@
 without redoing finished cells, and the statistics are those of the cells' own metrics."""
 import json
 import os
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -260,7 +261,8 @@ def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swep
     readme = tmp_path / "README.md"
     readme.write_text("# plugin\n\nbefore\n<!-- generated:res -->\nold\n<!-- /generated:res -->\nafter\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, os.path.join(root, "examples", "sweep_tables.py"), str(out), "--percent",
+    script = os.path.join(root, "plugins", "fedcore-promptfl", "repro", "tables.py")  # fedcore.experiment.sweep_tables
+    done = subprocess.run([sys.executable, script, str(out), "--percent",
                            "--pair", "lr=0.3:lr=0.05", "--write", str(readme), "--tag", "res"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -272,6 +274,34 @@ def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swep
     assert f"| lr=0.3 | 3 | {100 * other.spread.mean:.1f} ± {100 * other.spread.std:.1f} |" in text
     assert f"| lr=0.3 − lr=0.05 | 3 | {100 * other.vs_baseline.mean_diff:+.1f} |" in text
     assert (tmp_path / "results" / "res" / "sweep_final.png").stat().st_size > 0
+
+
+def test_the_public_table_helpers_name_the_script_read_a_runs_state_and_write_between_markers(
+        swept, tmp_path, monkeypatch):
+    from fedcore.experiment import commands_line, replace_block, run_state, script_command
+
+    _, out = swept
+    root = Path(__file__).resolve().parents[1]
+    script = root / "plugins" / "fedcore-promptfl" / "repro" / "tables.py"
+    monkeypatch.chdir(root)  # run from the repository root: the block names the script as typed there
+    assert script_command(script, ["runs/s", "--write", "My README.md"]) == \
+        "python plugins/fedcore-promptfl/repro/tables.py runs/s --write 'My README.md'"
+    line = commands_line(script, ["runs/s"], out)
+    assert line.startswith("**Commands:** `fedcore sweep ")
+    assert "then `python plugins/fedcore-promptfl/repro/tables.py runs/s` (2 settings x seeds [0, 1, 2];" in line
+    monkeypatch.chdir(tmp_path)  # elsewhere: the whole path
+    assert script_command(script, []) == f"python {script.as_posix()}"
+    state = run_state(out / "lr=0.3" / "seed-1")  # the cell's last verified checkpoint
+    rows = [json.loads(x) for x in (out / "lr=0.3" / "seed-1" / "metrics.jsonl").read_text().splitlines()]
+    assert state is not None and state["round"] == rows[-1]["round"] + 1
+    assert state["ledger"] and {"direction", "nbytes"} <= set(state["ledger"][0])
+    assert run_state(tmp_path) is None  # no checkpoints
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- generated:t -->\nold\n<!-- /generated:t -->\nb\n")
+    replace_block(readme, "t", "new\n")
+    assert readme.read_text() == "a\n<!-- generated:t -->\nnew\n<!-- /generated:t -->\nb\n"
+    with pytest.raises(ValueError, match="generated:u"):
+        replace_block(readme, "u", "x")
 
 
 def test_an_example_config_becomes_a_three_seed_sweep_and_report(tmp_path, capsys):

@@ -7,6 +7,10 @@
     dry = dry_run(plan(load_config("examples/paper/fedv_cifar10.toml")))      # fedcore plan: costs, nothing runs
     outcome = smoke(plan(load_config("examples/fedavg_dirichlet.toml")))       # --smoke: one step, two clients
 
+A plugin's reproduction (``plugins/<name>/repro/tables.py``) turns finished sweeps into its README's results
+blocks with the table helpers (:func:`tables_parser`, :func:`commands_line`, :func:`emit`, :func:`sweep_tables`)
+and the per-seed statistics (:func:`spread`, :func:`paired`).
+
 The ``fedcore`` command (:mod:`fedcore.cli`) is a thin layer over this package. Its names load on first use
 (PEP 562): a plugin that registers a config table imports :class:`Table` without the runner, reports and sweeps.
 """
@@ -19,27 +23,48 @@ if TYPE_CHECKING:
     from fedcore.experiment.build import Materials, Plan, materialize, plan
     from fedcore.experiment.config import Key, Table, load_config, register_table
     from fedcore.experiment.plan_costs import ClientPlan, DryRun, dry_run
-    from fedcore.experiment.report import load_runs, write_report
+    from fedcore.experiment.readme_tables import (
+        commands_line,
+        emit,
+        not_finished,
+        plots_dir,
+        replace_block,
+        run_state,
+        script_command,
+        sweep_command,
+        tables_parser,
+    )
+    from fedcore.experiment.report import RunRecord, load_runs, write_report
     from fedcore.experiment.runner import Outcome, prepare, run_experiment
     from fedcore.experiment.smoke_run import SmokeOutcome, smoke
+    from fedcore.experiment.statistics import Paired, Spread, paired, spread
+    from fedcore.experiment.sweep_block import sweep_tables
     from fedcore.experiment.sweep_report import SweepStatistics, sweep_statistics, write_sweep_report
     from fedcore.experiment.sweep_run import SweepOutcome, run_sweep
+    from fedcore.experiment.sweep_spec import read_listing
 
 _HOMES = {
     "build": ("Materials", "Plan", "materialize", "plan"),
     "config": ("Key", "Table", "load_config", "register_table"),
     "plan_costs": ("ClientPlan", "DryRun", "dry_run"),
-    "report": ("load_runs", "write_report"),
+    "readme_tables": ("commands_line", "emit", "not_finished", "plots_dir", "replace_block", "run_state",
+                      "script_command", "sweep_command", "tables_parser"),
+    "report": ("RunRecord", "load_runs", "write_report"),
     "runner": ("Outcome", "prepare", "run_experiment"),
     "smoke_run": ("SmokeOutcome", "smoke"),
+    "statistics": ("Paired", "Spread", "paired", "spread"),
+    "sweep_block": ("sweep_tables",),
     "sweep_report": ("SweepStatistics", "sweep_statistics", "write_sweep_report"),
     "sweep_run": ("SweepOutcome", "run_sweep"),
+    "sweep_spec": ("read_listing",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
-__all__ = ["ClientPlan", "DryRun", "Key", "Materials", "Outcome", "Plan", "SmokeOutcome", "SweepOutcome",
-           "SweepStatistics", "Table", "dry_run", "load_config", "load_runs", "materialize", "plan", "prepare",
-           "register_table", "run_experiment", "run_sweep", "smoke", "sweep_statistics", "write_report",
+__all__ = ["ClientPlan", "DryRun", "Key", "Materials", "Outcome", "Paired", "Plan", "RunRecord", "SmokeOutcome",
+           "Spread", "SweepOutcome", "SweepStatistics", "Table", "commands_line", "dry_run", "emit", "load_config",
+           "load_runs", "materialize", "not_finished", "paired", "plan", "plots_dir", "prepare", "read_listing",
+           "register_table", "replace_block", "run_experiment", "run_state", "run_sweep", "script_command", "smoke",
+           "spread", "sweep_command", "sweep_statistics", "sweep_tables", "tables_parser", "write_report",
            "write_sweep_report"]
 
 

@@ -285,6 +285,7 @@ def read_cells(directory: Path) -> list[dict[str, Any]]:
 
 
 def read_listing(directory: str | Path) -> dict[str, Any]:
+    """A sweep directory's listing (``sweep.json``): its settings, seeds, cells and the command that started it."""
     directory = Path(directory)
     try:
         return dict(json.loads((directory / CELLS).read_text()))

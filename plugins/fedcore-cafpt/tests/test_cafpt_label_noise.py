@@ -1,5 +1,5 @@
 """The ``[label_noise]`` config table: seeded symmetric label flips before partitioning, and a config cell of
-examples/cafpt_sweep.toml equals the Python pipeline on the same noisy data, pools and prompt."""
+plugins/fedcore-cafpt/repro/cafpt_sweep.toml equals the Python pipeline on the same noisy data, pools and prompt."""
 from __future__ import annotations
 
 import copy
@@ -75,7 +75,7 @@ def test_a_bad_label_noise_table_is_one_clear_error(value, message):
 
 
 def test_a_config_cell_equals_the_python_pipeline_on_the_same_noisy_data(tmp_path):
-    """What examples/cafpt_sweep.toml runs is PromptFL + CaFPT on labels flipped with the run's seed, the pools
+    """What repro/cafpt_sweep.toml runs is PromptFL + CaFPT on labels flipped with the run's seed, the pools
     of that seed and a prompt drawn with that seed (the Python pipeline the old per-draw loop built)."""
     got = run_experiment(materialize(plan(config())), out=tmp_path / "cell", progress="none")
     train, test = shapes(n_train_per_class=12, n_test_per_class=2, num_classes=6)

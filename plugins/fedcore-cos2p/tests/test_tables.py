@@ -1,5 +1,5 @@
-"""examples/cos2p_tables.py over a real, shortened run of examples/cos2p_sweep.toml: the README block's numbers are
-the cells' recorded RU, accuracy and staleness, paired by seed against FedRolex."""
+"""repro/tables.py over a real, shortened run of repro/cos2p_sweep.toml: the README block's numbers are the cells'
+recorded RU, accuracy and staleness, paired by seed against FedRolex."""
 from pathlib import Path
 import statistics
 import subprocess
@@ -11,18 +11,18 @@ from fedcore.experiment import run_sweep, sweep_statistics
 from fedcore.experiment.sweep_spec import load_sweep_spec
 from fedcore_cos2p import run_ru, staleness_histogram
 
-ROOT = Path(__file__).resolve().parents[3]
+REPRO = Path(__file__).resolve().parents[1] / "repro"
 
 
 def test_the_tables_script_reports_the_cells_recorded_ru_accuracy_and_staleness(tmp_path):
-    spec = load_sweep_spec(ROOT / "examples" / "cos2p_sweep.toml", seeds=2,
+    spec = load_sweep_spec(REPRO / "cos2p_sweep.toml", seeds=2,
                            sets=["rounds=2", "dataset.n=240", "dataset.n_test=80"])
     spec = attrs.evolve(spec, variants={k: v for k, v in spec.variants.items() if k in ("co-s2p", "fedrolex")})
     outcome = run_sweep(spec, out=tmp_path / "sweep")
     assert [c.state for c in outcome.cells] == ["finished"] * 4
     readme = tmp_path / "README.md"
     readme.write_text("# cos2p\n<!-- generated:cos2p-results -->\nold\n<!-- /generated:cos2p-results -->\nend\n")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "cos2p_tables.py"), str(tmp_path / "sweep"),
+    done = subprocess.run([sys.executable, str(REPRO / "tables.py"), str(tmp_path / "sweep"),
                            "--write", str(readme)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     text = readme.read_text()

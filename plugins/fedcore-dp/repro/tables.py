@@ -124,7 +124,7 @@ def inversion(images: int, readme: Path | None) -> str:
     import torch
 
     from fedcore.data import load_digits
-    from fedcore.experiment.statistics import paired
+    from fedcore.experiment import paired
     from fedcore.models import tiny_mlp
     from fedcore_dp.inversion import inversion_check
 

@@ -1,4 +1,4 @@
-"""The recipes are the Python pipelines (what examples/promptfl_sweep.toml runs): ``promptfl`` is
+"""The recipes are the Python pipelines (what plugins/fedcore-promptfl/repro/promptfl_sweep.toml runs): ``promptfl`` is
 ``promptfl_pipeline``, ``promptfl-finetune`` is ``finetune_pipeline``; same histories."""
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""examples/treelearning_tables.py on a small real sweep: each mode paired with its own SL, the time-to-target
-column read from the histories' simulated time."""
+"""repro/tables.py on a small real sweep: each mode paired with its own SL, the time-to-target column read from the
+histories' simulated time."""
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 import statistics
 import subprocess
@@ -12,7 +11,7 @@ import sys
 
 from fedcore.experiment import run_sweep, sweep_statistics
 
-ROOT = Path(__file__).resolve().parents[3]
+REPRO = Path(__file__).resolve().parents[1] / "repro"
 SWEEP = """
 name = "tl-tables"
 recipe = "sl-round-robin"
@@ -66,9 +65,9 @@ def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path):
     run_sweep(config, out=out)
     readme = tmp_path / "README.md"
     readme.write_text("# tl\n<!-- generated:treelearning-parity -->\nold\n<!-- /generated:treelearning-parity -->\nend\n")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "treelearning_tables.py"), str(out), "--write",
+    done = subprocess.run([sys.executable, str(REPRO / "tables.py"), str(out), "--write",
                            str(readme)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "examples")})
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- /generated:treelearning-parity -->\nend\n")

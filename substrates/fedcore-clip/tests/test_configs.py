@@ -121,8 +121,8 @@ def test_a_config_run_draws_the_prompt_from_its_seed_unless_head_seed_is_given()
 
 
 def test_a_zero_learning_rate_leaves_the_prompt_at_its_initialisation(tmp_path, capsys):
-    """The untrained-prompt control of examples/promptfl_sweep.toml: ``local_update.lr = 0`` runs the clients but
-    the prompt does not move, so the run scores the initial prompt; any positive rate moves it."""
+    """The untrained-prompt control of fedcore-promptfl's repro/promptfl_sweep.toml: ``local_update.lr = 0`` runs the
+    clients but the prompt does not move, so the run scores the initial prompt; any positive rate moves it."""
     from fedcore.experiment import load_config, materialize, plan
 
     def final(lr: float):

@@ -1,5 +1,5 @@
 """CaFPT as a recipe: PromptFL's pipeline with candidate pools and the PVI selector (the pipeline of
-``examples/cafpt_sweep.toml``).
+``plugins/fedcore-cafpt/repro/cafpt_sweep.toml``).
 
 Few-shot pools of ``pool_multiplier`` x N per class over 3 random classes per client, 30 % of the clients each
 round, PVI selection of N = 2 per class (``select = "cafpt"``; ``select = { select = "random" }`` patches in

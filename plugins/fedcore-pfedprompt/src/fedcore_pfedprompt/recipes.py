@@ -1,7 +1,7 @@
 """pFedPrompt and its four adapted baselines as recipes: PromptFL's pipeline with one or two slots replaced.
 
 Each is the pipeline of that method (few-shot disjoint partition, every client each round, prompt share, CoOp
-update, uniform mean) by component names; ``examples/pfedprompt_sweep.toml`` runs them all:
+update, uniform mean) by component names; ``plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml`` runs them all:
 
 * ``pfedprompt``: evaluate = ``pfedprompt`` (global prompt + local feature attention, Eq. 5.7);
 * ``promptfl-ft``: evaluate = ``promptfl-ft`` (each client fine-tunes the global prompt, then evaluates);
