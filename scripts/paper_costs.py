@@ -12,8 +12,9 @@ row per group of alike clients (as ``fedcore plan`` groups them, memory that gro
 with parameters held and trained, FLOPs per sample, bytes down and up per client and round by kind, peak training
 memory and the virtual seconds of the round; and one summary table, a row per config and round, between the
 ``paper-costs:summary`` markers (the closing note's list). Nothing here depends on timing, so
-``tests/test_paper_costs.py`` checks that the blocks are current. ``--smoke`` instead runs every config's smoke run in this process and writes
-their wall times, with the load average, between the ``paper-smoke`` markers (measurements: not checked).
+``tests/test_paper_costs.py`` checks that the blocks are current. ``--smoke`` instead runs every config's smoke run
+in this process and writes their wall times, with the load average, between the ``paper-smoke`` markers
+(measurements: not checked).
 """
 from __future__ import annotations
 

@@ -286,8 +286,8 @@ def test_extract_augment_extracts_from_augmented_images_in_eval_mode():
     assert not torch.allclose(augmented.features, clean.features)
     assert not edge.training
     kd = {"name": "edge-kd-train", "extract_augment": True}
-    on = micro_run(rounds=1, local_update=kd).run.server.client_views
-    off = micro_run(rounds=1).run.server.client_views
+    on = micro_run(rounds=1, local_update=kd).run.server.aux.per_client  # the server-state channel keeps them
+    off = micro_run(rounds=1).run.server.aux.per_client
     assert any(not torch.equal(on[c]["teacher_logits"], off[c]["teacher_logits"]) for c in on)
 
 
@@ -301,7 +301,7 @@ def test_server_logits_head_and_eval_head_pick_a_server_output():
     for head in ("mean", "cls", "dist"):
         result = micro_run(rounds=1, aggregate={"logits_pass": "eval", "server_logits_head": head},
                            evaluate={"name": "kd-eval", "eval_head": head})
-        system, views = result.model, result.run.server.client_views
+        system, views = result.model, result.run.server.aux.per_client
         cid = next(iter(views))
         edge = edge_of(system, result.run.client_states[cid], cid, 0).eval()
         with torch.no_grad():
