@@ -18,6 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.integration  # each test runs scripts/lint or scripts/dev (bash, ruff, mypy)
+
 CLEAN = '''"""A module that passes ruff and mypy."""
 
 
@@ -64,15 +66,15 @@ def test_lint_fails_on_a_planted_error(tmp_path, planted, reported):
 def _stand_in_venv(tmp_path: Path) -> Path:
     """A venv whose ``python`` only appends its arguments to $CALLS and fails ruff when $RUFF_RC says so."""
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
     python = venv / "bin" / "python"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n'
+    python.write_text('#!/usr/bin/env bash\necho "$* ${MYPY_CACHE_DIR:+(MYPY_CACHE_DIR=$MYPY_CACHE_DIR)}" >> "$CALLS"\n'
                       'case "$*" in *"-m ruff"*) exit "${RUFF_RC:-0}" ;; esac\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return venv
 
 
-def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0) -> tuple[int, list[str]]:
+def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0) -> tuple[int, list[str], list[str]]:
     calls = tmp_path / "calls.txt"
     calls.write_text("")
     venv = _stand_in_venv(tmp_path)
@@ -81,23 +83,39 @@ def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0) -> tuple[int, list[s
     (tmp_path / "env").mkdir(exist_ok=True)
     result = subprocess.run(["bash", str(ROOT / "scripts" / "dev"), "test", *args], env=env, capture_output=True,
                             text=True, timeout=120)
-    steps = [line.split()[1] for line in calls.read_text().splitlines()]  # "-m pip ...", "-m ruff ..." -> module
-    return result.returncode, steps
+    lines = calls.read_text().splitlines()
+    steps = [line.split()[1] for line in lines]  # "-m pip ...", "-m ruff ..." -> module
+    return result.returncode, steps, lines
 
 
-def test_bare_dev_test_runs_ruff_and_mypy_before_pytest(tmp_path):
-    rc, steps = _dev_test(tmp_path)
+def test_bare_dev_test_runs_ruff_and_mypy_before_the_whole_suite_on_every_core(tmp_path):
+    rc, steps, lines = _dev_test(tmp_path)
     assert rc == 0
     assert steps == ["pip", "ruff", "mypy", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-n", "auto", "--dist", "loadgroup"]  # everything, no -m filter
+    # mypy's cache lives in the environment, so a fresh clone of the checkout type-checks warm
+    assert lines[2].endswith(f"(MYPY_CACHE_DIR={tmp_path / 'venv' / '.mypy_cache'})")
 
 
 def test_a_failing_lint_stops_the_suite(tmp_path):
-    rc, steps = _dev_test(tmp_path, ruff_rc=1)
+    rc, steps, _ = _dev_test(tmp_path, ruff_rc=1)
     assert rc != 0
     assert steps == ["pip", "ruff"]
 
 
+def test_quick_lints_then_runs_all_but_the_integration_tests_on_every_core(tmp_path):
+    rc, steps, lines = _dev_test(tmp_path, "--quick")
+    assert rc == 0
+    assert steps == ["pip", "ruff", "mypy", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup"]
+    rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
+    assert rc == 0 and steps == ["pip", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
+                                 "tests/test_x.py", "-x"]
+
+
 def test_dev_test_with_arguments_runs_only_pytest(tmp_path):
-    rc, steps = _dev_test(tmp_path, "tests/test_x.py")
+    rc, steps, lines = _dev_test(tmp_path, "tests/test_x.py")
     assert rc == 0
     assert steps == ["pip", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "tests/test_x.py"]  # as given: one process, no -n
