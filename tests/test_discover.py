@@ -62,6 +62,7 @@ def test_describe_unknown_name_is_one_line_with_close_matches(capsys):
     assert rc == 2 and "--set applies to a config file" in err
 
 
+@pytest.mark.integration
 def test_python_dash_m_fedcore_is_the_command():
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEDCORE_")}
     proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "iid", "--json"], capture_output=True,

@@ -1,10 +1,11 @@
 """Where fedcore's Ray cluster listens, and a real two-node cluster joined through ``address=``.
 
-Both start Ray in a child process: the test process may already hold a Ray session (other test modules),
-and a driver joins one cluster per process. Nodes started here are stopped by their own process ids (their
-session directory and GCS address), never with ``ray stop``, which stops every Ray on the machine.
+The loopback check looks at the sockets of the run's one local Ray cluster (``ray_cluster``, tests/conftest.py:
+started by a RayExecutor that found no Ray running) while a run uses it. The two-node cluster is driven from a
+child process: a driver joins one cluster per process. Nodes started here are stopped by their own process ids
+(their session directory and GCS address), never with ``ray stop``, which stops every Ray on the machine.
 
-    pytest tests/test_ray_cluster.py            # both (the two-node test is marked slow: ~1-2 min)
+    pytest tests/test_ray_cluster.py            # both (the two-node test is marked slow: ~1 min)
 """
 import ipaddress
 import json
@@ -20,7 +21,9 @@ import textwrap
 import pytest
 import torch
 
+from fedcore.builtin import AsyncSchedule
 from fedcore.errors import ConfigError
+from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -68,30 +71,24 @@ def test_bind_must_be_an_address_or_auto():
         RayExecutor(bind="everywhere")
 
 
-def test_the_local_cluster_fedcore_starts_listens_on_loopback_only():
-    code = JOB + """
-import psutil
-from fedcore.engine.ray_executor import RayExecutor
-seen = []
-def listening(row):
-    if seen:
-        return
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            conns = proc.net_connections(kind="inet")
-            name = proc.name()
-        except psutil.Error:
-            continue
-        seen.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
-                    for c in conns if c.status == psutil.CONN_LISTEN)
-run_tiny_pipeline([SCHEDULES["async"]()], rounds=2, fixture=ContractFixture(num_clients=4),
-                  executor=RayExecutor(num_workers=2, shutdown_on_close=True), on_round=listening)
-print("SOCKETS" + json.dumps(seen))
-"""
-    out = run_child(code)
-    assert out.returncode == 0, out.stderr[-3000:]
-    sockets = json.loads(out.stdout.split("SOCKETS", 1)[1])
+def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(ray_cluster):
+    sockets = []
+
+    def listening(row):
+        if sockets:
+            return
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:  # the cluster's servers, its workers and our actors
+            try:
+                conns = proc.net_connections(kind="inet")
+                name = proc.name()
+            except psutil.Error:
+                continue
+            sockets.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
+                           for c in conns if c.status == psutil.CONN_LISTEN)
+
+    run_tiny_pipeline([AsyncSchedule(concurrency=3)], rounds=2, fixture=ContractFixture(num_clients=4),
+                      executor=RayExecutor(num_workers=2), on_round=listening)
     processes = {s["process"] for s in sockets}
     assert {"gcs_server", "raylet"} <= processes, sockets  # Ray's servers were seen while the run was going
     exposed = [s for s in sockets if not loopback(s["address"])]
@@ -132,6 +129,7 @@ def stop_nodes(marks: list[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_a_two_node_cluster_on_loopback_gives_the_inline_history():
     """``ray start --head`` plus ``ray start --address=...``, one CPU and one temp dir each, joined by address=.
 

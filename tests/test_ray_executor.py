@@ -1,4 +1,6 @@
-"""Ray executor: identical histories to the inline executor for every scheduler with faults; bad addresses fail fast."""
+"""Ray executor: identical histories to the inline executor for every scheduler with faults; bad addresses fail fast.
+
+The tests taking ``ray_cluster`` share the run's one local Ray cluster (tests/conftest.py)."""
 import time
 
 import pytest
@@ -11,16 +13,6 @@ from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
 from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def test_unreachable_or_malformed_address_fails_before_any_work():
@@ -50,7 +42,7 @@ def job(schedule, executor=None):
         faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
 
 
-def test_every_scheduler_gives_identical_results_inline_and_on_ray(local_ray):
+def test_every_scheduler_gives_identical_results_inline_and_on_ray(ray_cluster):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
     events = set()
@@ -70,7 +62,7 @@ def test_every_scheduler_gives_identical_results_inline_and_on_ray(local_ray):
     assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised
 
 
-def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_ray):
+def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_cluster):
     from fedcore.models import micro_vit
     from fedcore.split import SplitFedV1
     from fedcore.testing import tiny_data
@@ -88,7 +80,7 @@ def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_r
     assert seen == []  # refused before any client trained or any round finished
 
 
-def test_ray_splits_a_wave_into_one_cohort_per_worker(local_ray):
+def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
     import sys
 
     import attrs

@@ -27,6 +27,8 @@ SCHEDULERS = [s for s in os.environ.get("FEDCORE_MATRIX_SCHEDULERS", ",".join(ma
 CELLS: dict[tuple[str, str], matrix.Cell] = {}
 """Cells already run in this session (the docs check reuses them instead of running the matrix twice)."""
 
+pytestmark = pytest.mark.xdist_group("recipe-matrix")  # under xdist: one worker runs the cells and the docs check
+
 
 def cell(recipe: str, scheduler: str) -> matrix.Cell:
     if (recipe, scheduler) not in CELLS:
