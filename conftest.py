@@ -40,6 +40,12 @@ def _starts_a_process_that_counts(command: str) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # One intra-op torch thread per test process, and in the processes tests start (they inherit it): the suite's
+    # models are tiny, and two OpenMP threads per process, two xdist workers on two cores, spin against each
+    # other (the registered contract checks: 5x the CPU). A test about thread counts sets them itself.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     real_init = subprocess.Popen.__init__
 
     def recording_init(self, args, *rest, **kwargs):  # type: ignore[no-untyped-def]
@@ -96,8 +102,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                         for m in item.iter_markers("xdist_group")})
         grouped = "@" + "_".join(names).replace("[", "(").replace("]", ")")  # the scheduler splits at the last "]"
-        if names and not item.nodeid.endswith(grouped) and hasattr(item, "_id"):
-            item._id = NodeId.parse(item.nodeid + grouped)
+        nid = getattr(item, "_id", None)
+        if names and isinstance(nid, NodeId) and nid.names and not item.nodeid.endswith(grouped):
+            last = nid.names[-1] + (f"[{nid.params}]" if nid.params is not None else "") + grouped
+            item._id = NodeId(path=nid.path, names=(*nid.names[:-1], last))  # reads back as nodeid + grouped
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -106,9 +114,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _processes_need_the_integration_marker(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def _no_unmarked_processes_no_leaked_threads(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
     yield
     node = request.node
+    torch = sys.modules.get("torch")
+    if torch is not None and threads is not None and torch.get_num_threads() != threads:
+        left = torch.get_num_threads()
+        torch.set_num_threads(threads)  # the next test on this worker starts as every test does
+        pytest.fail(f"{node.nodeid} left torch with {left} threads (it had {threads}): restore them "
+                    f"(fedcore_clip.testing.one_thread, or try/finally); tests run in any order (docs/testing.md)",
+                    pytrace=False)
     if node.get_closest_marker("integration"):
         return
     new = _started[node.stash.get(_FIRST, len(_started)):]
