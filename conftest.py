@@ -4,9 +4,9 @@
   marked ``integration``; ``scripts/dev test --quick`` leaves those out. An unmarked test that starts one fails
   here, naming the process, so the quick loop stays quick as tests are added.
 * ``scripts/dev test`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``). Modules holding an
-  integration test are collected first (whole, in their own order), so the long tests start first and the many
-  short ones fill in behind them; tests that share an expensive thing carry one ``xdist_group`` so one worker
-  builds it once (see the groups in docs/testing.md).
+  integration test are collected first (whole, in their own order; the Ray group's first), so the long tests
+  start first and the many short ones fill in behind them; tests that share an expensive thing carry one
+  ``xdist_group`` so one worker builds it once (see the groups in docs/testing.md).
 """
 from __future__ import annotations
 
@@ -74,8 +74,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         component = _checked_component(item)
         if component and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(f"checks:{item.path.name}:{component}"))
-    integration_modules = {item.path for item in items if item.get_closest_marker("integration")}
-    items.sort(key=lambda item: item.path not in integration_modules)  # stable: modules stay whole and in order
+    # Scheduling order (scripts/dev runs xdist with --no-loadscope-reorder, so groups go out in this order):
+    # modules of the harness groups first (the Ray group is the longest chain of the run), then the other modules
+    # holding integration tests, then the rest; stable, so modules stay whole and in their own order.
+    rank: dict[object, int] = {}
+    for item in items:
+        harness = any(m.args and m.args[0] in HARNESS_GROUPS.values() for m in item.iter_markers("xdist_group"))
+        rank[item.path] = min(rank.get(item.path, 2), 0 if harness else 1 if item.get_closest_marker("integration") else 2)
+    items.sort(key=lambda item: rank[item.path])
 
 
 def _checked_component(item: pytest.Item) -> str | None:

@@ -14,7 +14,8 @@ import pytest
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """One local Ray cluster for the whole run, started the way a run starts it: by a :class:`RayExecutor` that
-    finds no Ray running (``start_local_cluster``: 2 CPUs, every socket on loopback). Stopped at the end."""
+    finds no Ray running (``start_local_cluster``: 2 CPUs, every socket on loopback; one actor, one round).
+    Stopped at the end of the run."""
     ray = pytest.importorskip("ray")
     from fedcore.builtin import UniformSync
     from fedcore.engine.ray_executor import RayExecutor
@@ -23,7 +24,7 @@ def ray_cluster() -> Iterator[Any]:
     started = not ray.is_initialized()
     if started:
         run_tiny_pipeline([UniformSync(fraction=1.0)], rounds=1, fixture=ContractFixture(num_clients=2),
-                          executor=RayExecutor(num_workers=2))
+                          executor=RayExecutor(num_workers=1, init_kwargs={"num_cpus": 2}))
         assert ray.is_initialized()
     yield ray
     if started:

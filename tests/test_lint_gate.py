@@ -92,7 +92,8 @@ def test_bare_dev_test_runs_ruff_and_mypy_before_the_whole_suite_on_every_core(t
     rc, steps, lines = _dev_test(tmp_path)
     assert rc == 0
     assert steps == ["pip", "ruff", "mypy", "pytest"]
-    assert lines[-1].split() == ["-m", "pytest", "-n", "auto", "--dist", "loadgroup"]  # everything, no -m filter
+    assert lines[-1].split() == ["-m", "pytest", "-n", "auto", "--dist", "loadgroup",
+                                 "--no-loadscope-reorder"]  # everything, no -m filter
     # mypy's cache lives in the environment, so a fresh clone of the checkout type-checks warm
     assert lines[2].endswith(f"(MYPY_CACHE_DIR={tmp_path / 'venv' / '.mypy_cache'})")
 
@@ -107,11 +108,12 @@ def test_quick_lints_then_runs_all_but_the_integration_tests_on_every_core(tmp_p
     rc, steps, lines = _dev_test(tmp_path, "--quick")
     assert rc == 0
     assert steps == ["pip", "ruff", "mypy", "pytest"]
-    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
+                                 "--no-loadscope-reorder"]
     rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
     assert rc == 0 and steps == ["pip", "pytest"]
     assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
-                                 "tests/test_x.py", "-x"]
+                                 "--no-loadscope-reorder", "tests/test_x.py", "-x"]
 
 
 def test_dev_test_with_arguments_runs_only_pytest(tmp_path):

@@ -1,14 +1,15 @@
-"""Ray executor: identical histories to the inline executor for every scheduler with faults; bad addresses fail fast.
+"""Ray executor: bad addresses fail fast, split shares are refused, a wave is split into one cohort per worker.
 
-The tests taking ``ray_cluster`` share the run's one local Ray cluster (tests/conftest.py)."""
+The tests taking ``ray_cluster`` share the run's one local Ray cluster (tests/conftest.py). That every scheduler,
+with faults and the virtual clock, gives the inline executor's history on Ray is checked on a two-node cluster in
+tests/test_ray_cluster.py, and with jobs priced at dispatch in tests/test_ray_parallel.py."""
 import time
 
 import pytest
 import torch
 
-from fedcore.builtin import AsyncSchedule, BufferedSchedule, SemiAsyncSchedule, UniformSync
+from fedcore.builtin import UniformSync
 from fedcore.errors import ConfigError
-from fedcore.runtime import Faults, ProfileAssignment, SimClock
 from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
@@ -24,42 +25,6 @@ def test_unreachable_or_malformed_address_fails_before_any_work():
     with pytest.raises(ConfigError, match="num_workers"):
         RayExecutor(num_workers=0)
     assert time.perf_counter() - start < 10
-
-
-SCHEDULES = {
-    "sync-deadline": UniformSync(deadline=0.012),  # watches (~18 ms per job) miss it, phones (~7 ms) make it
-    "async": AsyncSchedule(concurrency=4),
-    "buffered": BufferedSchedule(buffer_size=2, concurrency=4),
-    "semi-async": SemiAsyncSchedule(mu=0.5, t_clk=0.005),
-}
-
-
-def job(schedule, executor=None):
-    fixture = ContractFixture(num_clients=6)
-    return run_tiny_pipeline(
-        [schedule], rounds=4, fixture=fixture, executor=executor, clock=SimClock(),
-        profiles=ProfileAssignment(weights={"watch": 2, "phone": 2, "laptop": 2}),
-        faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
-
-
-def test_every_scheduler_gives_identical_results_inline_and_on_ray(ray_cluster):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
-    events = set()
-    try:
-        for name, schedule in SCHEDULES.items():
-            inline = job(schedule)
-            distributed = job(schedule, RayExecutor(num_workers=2))
-            assert distributed.history.comparable() == inline.history.comparable(), name
-            assert distributed.ledger.to_rows() == inline.ledger.to_rows(), name
-            for k, v in inline.model.state_dict().items():
-                assert torch.equal(v, distributed.model.state_dict()[k]), (name, k)
-            states = {c: s.rounds_participated for c, s in distributed.run.client_states.items()}
-            assert states == {c: s.rounds_participated for c, s in inline.run.client_states.items()}
-            events |= {k for r in inline.history for k in ("dropout", "lost", "unavailable", "cancelled") if k in r}
-    finally:
-        torch.set_num_threads(threads)
-    assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised
 
 
 def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_cluster):
