@@ -111,7 +111,7 @@ def test_quick_lints_then_runs_all_but_the_integration_tests_on_every_core(tmp_p
     assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
                                  "--no-loadscope-reorder"]
     rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
-    assert rc == 0 and steps == ["pip", "pytest"]
+    assert rc == 0 and steps == ["pytest"]  # this environment already holds this checkout's packages: no pip
     assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
                                  "--no-loadscope-reorder", "tests/test_x.py", "-x"]
 
