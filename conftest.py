@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -22,13 +23,15 @@ _FIRST = pytest.StashKey[int]()
 _PROCESS_STARTERS = ("python", "bash", "sh", "pip", "fedcore", "ray", "gcs_server", "raylet")
 
 
-def _program(args: object) -> str:
-    """The program a ``Popen`` call starts (its first word) and, shortened, the whole command line."""
-    if isinstance(args, (str, bytes, os.PathLike)):
-        words = os.fsdecode(args).split() if isinstance(args, (str, bytes)) else [os.fspath(args)]
+def _program(args: Any) -> str:
+    """A ``Popen`` call's command line (its first word is the program), shortened."""
+    if isinstance(args, (str, bytes)):
+        words = os.fsdecode(args).split()
+    elif isinstance(args, os.PathLike):
+        words = [os.fspath(args)]
     else:
-        words = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]  # type: ignore[union-attr]
-    return " ".join(words)[:160] if words else ""
+        words = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in args]
+    return " ".join(words)[:160]
 
 
 def _starts_a_process_that_counts(command: str) -> bool:
@@ -80,7 +83,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank: dict[object, int] = {}
     for item in items:
         harness = any(m.args and m.args[0] in HARNESS_GROUPS.values() for m in item.iter_markers("xdist_group"))
-        rank[item.path] = min(rank.get(item.path, 2), 0 if harness else 1 if item.get_closest_marker("integration") else 2)
+        own = 0 if harness else 1 if item.get_closest_marker("integration") else 2
+        rank[item.path] = min(rank.get(item.path, 2), own)
     items.sort(key=lambda item: rank[item.path])
 
 
@@ -88,8 +92,9 @@ def _checked_component(item: pytest.Item) -> str | None:
     """The component of a contract-check test (``parametrize_with_checks``, ``parametrize_registered``): its
     checks run on one worker, where the two run checks share one straight run (``fedcore.testing.resume``)."""
     callspec = getattr(item, "callspec", None)
-    check = callspec.params.get("check") if callspec is not None else None
-    if not getattr(check, "__name__", "").startswith("check_") or "-check_" not in callspec.id:
+    if callspec is None or "-check_" not in callspec.id:
+        return None
+    if not getattr(callspec.params.get("check"), "__name__", "").startswith("check_"):
         return None
     return callspec.id.rsplit("-check_", 1)[0]
 

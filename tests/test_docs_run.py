@@ -252,6 +252,7 @@ _pages: dict[str, Page] = {}
 # one xdist group per page: a page's steps share its namespace and run in order on one worker
 @pytest.mark.parametrize("step", [pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(f"docs:{s.block.page}"))
                                   for s in ALL_STEPS])
+@pytest.mark.slow
 def test_doc_step(step: Step, tmp_path_factory: pytest.TempPathFactory) -> None:
     if step.kind == "not-code":
         looks = [line for line in step.text.splitlines() if LOOKS_LIKE_CODE.match(line)]

@@ -104,16 +104,16 @@ def test_a_failing_lint_stops_the_suite(tmp_path):
     assert steps == ["pip", "ruff"]
 
 
-def test_quick_lints_then_runs_all_but_the_integration_tests_on_every_core(tmp_path):
+def test_quick_lints_then_runs_all_but_the_integration_and_slow_tests_on_every_core(tmp_path):
     rc, steps, lines = _dev_test(tmp_path, "--quick")
     assert rc == 0
     assert steps == ["pip", "ruff", "mypy", "pytest"]
-    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
-                                 "--no-loadscope-reorder"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
+                                 "--dist", "loadgroup", "--no-loadscope-reorder"]
     rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
     assert rc == 0 and steps == ["pytest"]  # this environment already holds this checkout's packages: no pip
-    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "-n", "auto", "--dist", "loadgroup",
-                                 "--no-loadscope-reorder", "tests/test_x.py", "-x"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
+                                 "--dist", "loadgroup", "--no-loadscope-reorder", "tests/test_x.py", "-x"]
 
 
 def test_dev_test_with_arguments_runs_only_pytest(tmp_path):

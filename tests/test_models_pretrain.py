@@ -66,6 +66,7 @@ def _run(tmp_path, name, capsys, *, model="micro-vit-pretrained", classes="class
     return code, err, rows
 
 
+@pytest.mark.slow
 def test_micro_vit_pretrained_by_name_through_fedcore_run(cache, capsys):
     """One core name, ``micro-vit-pretrained``; the safedlora name is an alias giving the same run."""
     import fedcore

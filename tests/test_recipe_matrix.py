@@ -38,6 +38,7 @@ def cell(recipe: str, scheduler: str) -> matrix.Cell:
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("recipe", matrix.installed_recipes())
+@pytest.mark.slow
 def test_cell_works_or_is_refused_in_one_line(recipe, scheduler):
     c = cell(recipe, scheduler)
     assert c.status in ("works", "refused"), f"{recipe} under {scheduler}: {c.detail}"
@@ -49,6 +50,7 @@ def test_cell_works_or_is_refused_in_one_line(recipe, scheduler):
 
 
 @pytest.mark.skipif(SCHEDULERS != list(matrix.SCHEDULERS), reason="FEDCORE_MATRIX_SCHEDULERS runs a subset")
+@pytest.mark.slow
 def test_the_docs_table_is_the_generated_one():
     cells = [cell(r, s) for r in matrix.installed_recipes() for s in matrix.SCHEDULERS]
     page = (ROOT / "docs" / "recipes.md").read_text()
