@@ -52,25 +52,15 @@ def _default_providers() -> dict[str, Any]:
     return defaults.DEFAULTS
 
 
-def _distribution_of(module: str) -> tuple[str | None, str | None]:
-    return _distribution_of_package(module.split(".")[0], tuple(sys.path))
-
-
 @cache
-def _distribution_of_package(top: str, path: tuple[str, ...]) -> tuple[str | None, str | None]:
-    """(distribution, version) of a top-level package, once per package and ``sys.path``:
-    ``packages_distributions()`` reads every installed distribution's file list (~0.2 s)."""
-    for dist in _packages_distributions(path).get(top, []):
+def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    top = module.split(".")[0]
+    for dist in metadata.packages_distributions().get(top, []):
         try:
             return dist, metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
     return None, None
-
-
-@cache
-def _packages_distributions(path: tuple[str, ...]) -> Mapping[str, list[str]]:
-    return metadata.packages_distributions()
 
 
 class Hooks:
