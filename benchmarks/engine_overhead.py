@@ -6,14 +6,15 @@ fresh optimizer per client per round), same batch order (each client's shuffle c
 ``(seed, round, client, "shuffle")``, the stream fedcore's SGDUpdate uses), 1 local epoch, batch 32,
 sample-weighted averaging. Evaluation on the test set runs once, after the last round, in both.
 
-Runners run interleaved (A B B A A B ...) so that load on a shared machine hits both alike; the report gives
-median wall seconds per round and the ratio to the torch loop (the target), plus the same for this process's CPU
-time, which other processes on a shared machine disturb much less than wall time. A runner is any callable
+Runners run interleaved (A B, B A, ...; ``benchmarks/sidebyside.py``) so that load on a shared machine hits both
+alike; each run gives its median wall and CPU seconds per round, and the report gives the minimum and median of the
+per-pair ratios to the torch loop (target: at most 1.05x wall, benchmarks/README.md), plus the same for this
+process's CPU time, which other processes on a shared machine disturb much less than wall time. A runner is any callable
 ``runner(setup) -> {"round_s": [wall s per round], "cpu_s": [process CPU s per round], "accuracy": float,
 "state": state_dict}`` (``cpu_s`` optional); add peers
 (Flower, ...) to ``RUNNERS`` or with ``--peer module:function``.
 
-    python benchmarks/engine_overhead.py                 # 5 rounds x 5 repetitions
+    python benchmarks/engine_overhead.py                 # 5 rounds x 5 pairs
     python benchmarks/engine_overhead.py --profile       # cProfile of one fedcore run, top 25 by own time
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+from sidebyside import Target, interleave
 import torch
 from torch import nn
 
@@ -134,18 +136,18 @@ def run_fedcore(s: Setup) -> dict[str, Any]:
 RUNNERS: dict[str, Callable[[Setup], dict[str, Any]]] = {"torch": run_torch, "fedcore": run_fedcore}
 """Runner name -> callable. ``torch`` is the reference every ratio is taken against."""
 
+TARGET = Target("<=", 1.05)
+"""fedcore's wall time per round against the hand-written loop (benchmarks/README.md, "Engine overhead")."""
 
-def measure(runners: dict[str, Callable], setup: Setup, reps: int) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {name: {"round_s": [], "cpu_s": [], "accuracy": []} for name in runners}
-    for rep in range(reps):
-        order = list(runners) if rep % 2 == 0 else list(runners)[::-1]  # alternate who goes first
-        for name in order:
-            res = runners[name](setup)
-            out[name]["round_s"].extend(res["round_s"])
-            out[name]["cpu_s"].extend(res.get("cpu_s", []))
-            out[name]["accuracy"].append(res["accuracy"])
-            out[name]["state"] = res["state"]
-    return out
+
+def contender(runner: Callable[[Setup], dict[str, Any]], setup: Setup, last: dict[str, Any]) -> Callable[[], dict]:
+    """One run of ``runner``: its median wall and CPU seconds per round (its final weights and accuracy kept)."""
+    def run() -> dict[str, float]:
+        res = runner(setup)
+        last.update(state=res["state"], accuracy=res["accuracy"])
+        return {"wall": statistics.median(res["round_s"]),
+                "cpu": statistics.median(res["cpu_s"]) if res.get("cpu_s") else float("nan")}
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,23 +173,21 @@ def main(argv: list[str] | None = None) -> int:
         prof.runcall(run_fedcore, setup)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return 0
-    run_torch(setup), run_fedcore(setup)  # warm-up (first-call allocations, lazy imports)
-    res = measure(runners, setup, args.reps)
-    ref = statistics.median(res["torch"]["round_s"])
-    ref_cpu = statistics.median(res["torch"]["cpu_s"])
-    print(f"FedAvg, 10 clients, 1 local epoch, digits ({len(setup.train)} train), micro CNN, batch {setup.batch_size}, "
-          f"{args.rounds} rounds x {args.reps} interleaved repetitions, torch threads {args.threads}")
-    print(f"{'runner':<10} {'wall s/round':>13} {'ratio':>8} {'CPU s/round':>12} {'ratio':>8} {'final accuracy':>15}")
-    for name, r in res.items():
-        med = statistics.median(r["round_s"])
-        cpu = statistics.median(r["cpu_s"]) if r["cpu_s"] else float("nan")
-        print(f"{name:<10} {med:>13.4f} {med / ref:>7.3f}x {cpu:>12.4f} {cpu / ref_cpu:>7.3f}x "
-              f"{statistics.median(r['accuracy']):>15.4f}")
-    same = all(torch.equal(res["torch"]["state"][k], res["fedcore"]["state"][k]) for k in res["torch"]["state"])
-    print(f"fedcore and torch final weights identical: {same}")
-    ratio = statistics.median(res["fedcore"]["round_s"]) / ref
-    cpu_ratio = statistics.median(res["fedcore"]["cpu_s"]) / ref_cpu
-    print(f"RATIO fedcore/torch = {ratio:.3f} wall, {cpu_ratio:.3f} CPU (target <= 1.10)")
+    last: dict[str, dict[str, Any]] = {name: {} for name in runners}
+    runs = interleave({name: contender(fn, setup, last[name]) for name, fn in runners.items()}, reps=args.reps,
+                      warmup=1)  # the warm-up pair pays first-call allocations and lazy imports
+    runs.print_header(f"FedAvg, 10 clients, 1 local epoch, digits ({len(setup.train)} train), micro CNN, batch "
+                      f"{setup.batch_size}: fedcore's engine against a hand-written torch loop",
+                      rounds=f"{args.rounds} per run (median per run)", torch_threads=args.threads)
+    runs.print_times("wall")
+    runs.print_times("cpu")
+    for name in runners:
+        if name != "torch":
+            runs.print_ratio(name, "torch", key="wall", target=TARGET if name == "fedcore" else None)
+            runs.print_ratio(name, "torch", key="cpu")
+    same = all(torch.equal(last["torch"]["state"][k], last["fedcore"]["state"][k]) for k in last["torch"]["state"])
+    print("  final accuracy: " + ", ".join(f"{n} {last[n]['accuracy']:.4f}" for n in runners)
+          + f"; fedcore and torch final weights identical: {same}")
     return 0
 
 

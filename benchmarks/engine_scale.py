@@ -5,7 +5,8 @@ sampled: 10⁵ registered with 50 sampled must take the same time per round as 1
 Issue 15 asks that 10⁵ registered clients run 3 rounds within 2 KiB of bookkeeping each, with set-up time
 linear in clients. The job: synthetic 4x4 data, ``PER_CLIENT`` samples per client, IID partition, 50 clients
 sampled per round (``uniform``), one SGD epoch of a 16->4 linear model, FedAvg, one torch thread. The two
-population sizes run interleaved (small, large, large, small, ...) so that load from other jobs hits both alike.
+population sizes run interleaved (small, large, large, small, ...; ``benchmarks/sidebyside.py``) so that load from
+other jobs hits both alike; each run's median round forms one side of a pair, and the ratio is taken per pair.
 
     python benchmarks/engine_scale.py                      # rounds 6 x reps 3, set-up at 10^3..10^5, memory at 10^5
     python benchmarks/engine_scale.py --large 10000        # a quicker look
@@ -19,6 +20,7 @@ import time
 import tracemalloc
 from typing import Any
 
+from sidebyside import Target, interleave
 import torch
 from torch import nn
 
@@ -93,26 +95,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     round_seconds(args.small, 2)  # warm-up: imports, allocator
-    times: dict[int, list[float]] = {args.small: [], args.large: []}
-    cpus: dict[int, list[float]] = {args.small: [], args.large: []}
-    for rep in range(args.reps):
-        for n in ((args.small, args.large) if rep % 2 == 0 else (args.large, args.small)):
+
+    def contender(n: int):
+        def run() -> dict[str, float]:
             wall, cpu = round_seconds(n, args.rounds)
-            times[n] += wall
-            cpus[n] += cpu
-    small, large = statistics.median(times[args.small]), statistics.median(times[args.large])
-    print(f"time per round, {SAMPLED} sampled: {args.small:,} registered {small * 1e3:.1f} ms, "
-          f"{args.large:,} registered {large * 1e3:.1f} ms, ratio {large / small:.3f} (target <= 1.05)")
-    c_small, c_large = statistics.median(cpus[args.small]), statistics.median(cpus[args.large])
-    print(f"CPU per round: {args.small:,} registered {c_small * 1e3:.1f} ms, {args.large:,} registered "
-          f"{c_large * 1e3:.1f} ms, ratio {c_large / c_small:.3f}")
+            return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
+        return run
+
+    small_name, large_name = f"{args.small:,} registered", f"{args.large:,} registered"
+    runs = interleave({small_name: contender(args.small), large_name: contender(args.large)}, reps=args.reps)
+    runs.print_header(f"engine time per round against registered clients, {SAMPLED} sampled per round",
+                      rounds=f"{args.rounds} per run (median of rounds 2..)")
+    runs.print_times("wall")
+    runs.print_times("cpu")
+    _, ratio = runs.print_ratio(large_name, small_name, key="wall", target=Target("<=", 1.05))
+    _, cpu_ratio = runs.print_ratio(large_name, small_name, key="cpu")
+    small = statistics.median(runs.values(small_name, "wall"))
+    large = statistics.median(runs.values(large_name, "wall"))
     sizes = [n for n in (1_000, 10_000, 100_000) if n <= args.large]
     setup = {n: setup_seconds(n) for n in sizes}
     print("set-up: " + ", ".join(f"{n:,} clients {s:.2f} s ({s / n * 1e6:.1f} us/client)" for n, s in setup.items()))
     held, peak = memory_per_client(args.large)
     print(f"memory, {args.large:,} registered, 3 rounds: {held:.0f} B/client held, {peak:.0f} B/client peak "
           f"(target <= 2048)")
-    return {"small_s": small, "large_s": large, "ratio": large / small, "cpu_ratio": c_large / c_small,
+    return {"small_s": small, "large_s": large, "ratio": ratio, "cpu_ratio": cpu_ratio,
             "setup_s": setup, "held": held, "peak": peak}
 
 

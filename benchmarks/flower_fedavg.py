@@ -1,15 +1,24 @@
-"""fedcore vs Flower (flwr simulation on Ray): the same FedAvg job, timed per round side by side in one run.
+"""fedcore vs Flower (flwr simulation on Ray): the same FedAvg job, whole runs as processes, interleaved.
 
-    python benchmarks/flower_fedavg.py                 # builds/reuses the benchmark venv, then runs both
-    python benchmarks/flower_fedavg.py --rounds 20 --clients 20
+    python benchmarks/flower_fedavg.py                 # builds/reuses the benchmark venv, then 3 interleaved pairs
+    python benchmarks/flower_fedavg.py --reps 5 --fedcore-python /work/venvs/dev/bin/python
 
-The job is identical in both frameworks: the embedded 8x8 digits, the micro CNN from the same initial
-weights, the *same* client partition (fedcore's Dirichlet(0.5) split, handed to Flower's clients),
-full participation, 1 local epoch of SGD (lr 0.05, momentum 0.9, batch 32), sample-weighted FedAvg,
-and a central evaluation of the global model on the test set after every round. fedcore runs its
-inline executor in this process; Flower runs its Simulation Engine with Ray actors (1 CPU each, so
-two clients train in parallel on a 2-core machine). Per-round wall time is measured from round to
-round on the server side in both (training + aggregation + central evaluation).
+The job is identical in both frameworks: the embedded 8x8 digits, the micro CNN from the same initial weights, the
+*same* client partition (fedcore's Dirichlet(0.5) split, handed to Flower's clients), full participation, 1 local
+epoch of SGD (lr 0.05, momentum 0.9, batch 32), sample-weighted FedAvg, and a central evaluation of the global model
+on the test set after every round, 10 rounds. Each side is a whole process, timed from its start to its exit:
+
+* fedcore: ``fedcore run examples/fedavg_dirichlet.toml`` (the job above; 1 torch thread, a checkpoint and the
+  metrics written every round), once with the inline executor and once with ``executor = {name = "threads",
+  workers = 2}``; per-round wall times come from its ``metrics.jsonl``. ``--fedcore-python`` picks the interpreter
+  (default: this one; the dev environment, with every plugin installed, is the realistic case);
+* Flower: this script with ``--worker flower``: ``run_simulation`` with Ray actors of 1 CPU each (so two clients
+  train in parallel on a 2-core machine), the Message-API ``FedAvg`` strategy, the same local SGD loop; per-round
+  times are taken round to round at its central evaluation.
+
+The three contenders run interleaved ``--reps`` times (``benchmarks/sidebyside.py``); ratios Flower / fedcore are
+taken within each pair, over the whole run (target: at least 5x with the threads executor, benchmarks/README.md)
+and per steady round (the median of rounds 2..10 of one run).
 
 flwr[simulation] pins ray and rich versions that conflict with the dev environment, so it lives in its
 own venv built from benchmarks/requirements-flower.txt (torch 2.14.1 / torchvision 0.29.1 as in
@@ -27,11 +36,13 @@ from pathlib import Path
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 REQUIREMENTS = HERE / "requirements-flower.txt"
+CONFIG = ROOT / "examples" / "fedavg_dirichlet.toml"
 
 
 # -- the benchmark environment ---------------------------------------------------------------------------
@@ -104,25 +115,44 @@ def local_sgd(model, x, y, indices, *, epochs: int, batch_size: int, lr: float, 
     return loss_sum / max(seen, 1)
 
 
-def run_fedcore(args, train, test, *, executor=None) -> dict:
-    import torch
-
+def fedcore_partition(args, train, test) -> list[list[int]]:
+    """The Dirichlet split ``fedcore run`` makes of the job (the same seed, clients and settings)."""
     import fedcore
-    from fedcore.builtin import DirichletPartition, FedAvg, SGDUpdate, UniformSync
+    from fedcore.builtin import DirichletPartition
+    from fedcore.engine.loop import Engine
 
-    torch.set_num_threads(1)
-    pipe = fedcore.Pipeline([
-        DirichletPartition(alpha=args.alpha, min_size=20), UniformSync(fraction=1.0),
-        SGDUpdate(lr=args.lr, momentum=args.momentum, epochs=args.epochs, batch_size=args.batch_size),
-        FedAvg(weighting="samples"),
-    ])
+    engine = Engine(fedcore.Pipeline([DirichletPartition(alpha=args.alpha, min_size=20)]), model=make_model(args.seed),
+                    train=train, test=test, num_clients=args.clients, rounds=1, seed=args.seed)
+    engine.setup()
+    assert engine.run_ctx.partition is not None
+    return [list(p) for p in engine.run_ctx.partition.train]
+
+
+def fedcore_process(args, executor: str) -> dict:
+    """``fedcore run`` of the job as a process: its wall time from start to exit, and its rounds."""
+    with tempfile.TemporaryDirectory(prefix="fedcore-vs-flower-") as out:
+        sets = [f"executor={executor}", f"rounds={args.rounds}", f"num_clients={args.clients}", f"seed={args.seed}"]
+        cmd = [args.fedcore_python, "-m", "fedcore", "run", str(CONFIG), "--out", f"{out}/run", "--progress", "none",
+               *[arg for value in sets for arg in ("--set", value)]]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        total = time.perf_counter() - start
+        rows = [json.loads(line) for line in Path(f"{out}/run/metrics.jsonl").read_text().splitlines() if line]
+    rounds = [r["round_wall_s"] for r in rows]
+    return {"total": total, "first": rounds[0], "steady": statistics.median(rounds[1:]),
+            "accuracy": rows[-1]["test_accuracy"]}
+
+
+def flower_process(args) -> dict:
+    """This script's Flower worker as a process: its wall time from start to exit, and its rounds."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "flower", "--rounds", str(args.rounds),
+           "--clients", str(args.clients), "--seed", str(args.seed), "--ray-cpus", str(args.ray_cpus)]
     start = time.perf_counter()
-    result = pipe.run(model=make_model(args.seed), train=train, test=test, num_clients=args.clients,
-                      rounds=args.rounds, seed=args.seed, executor=executor)
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     total = time.perf_counter() - start
-    return {"per_round": [r["round_wall_s"] for r in result.history], "total": total,
-            "accuracy": result.history.last("test_accuracy"),
-            "partition": [list(p) for p in result.run.partition.train]}
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"total": total, "first": out["per_round"][0], "steady": statistics.median(out["per_round"][1:]),
+            "accuracy": out["accuracy"]}
 
 
 def run_flower(args, train, test, partition) -> dict:
@@ -197,61 +227,47 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet label skew of the shared partition")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ray-cpus", type=int, default=os.cpu_count() or 2, help="CPUs Flower's Ray may use")
-    parser.add_argument("--fedcore-ray", action="store_true",
-                        help="also run fedcore with its Ray executor (2 workers), Flower's execution model")
+    parser.add_argument("--workers", type=int, default=2, help="threads of fedcore's threads executor")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved pairs")
+    parser.add_argument("--fedcore-python", default=sys.executable, help="the interpreter that runs `fedcore run`")
+    parser.add_argument("--worker", choices=("flower",), help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     args = parser.parse_args()
     ensure_environment()
 
-    import flwr
-    import ray
-    import torch
-
     from fedcore.data import load_digits
 
     train, test = load_digits(seed=args.seed)
+    if args.worker == "flower":  # one Flower run in this process; the numbers on the last line
+        result = run_flower(args, train, test, fedcore_partition(args, train, test))
+        print(json.dumps(result))
+        return
+
+    import flwr
+    import ray
+
+    from sidebyside import Target, interleave
+
+    threads = f'{{name="threads",workers={args.workers}}}'
+    runs = interleave({"fedcore inline": lambda: fedcore_process(args, '"inline"'),
+                       "fedcore threads": lambda: fedcore_process(args, threads),
+                       "flower": lambda: flower_process(args)}, reps=args.reps)
     params = sum(p.numel() for p in make_model(args.seed).parameters())
-    print(f"FedAvg on digits ({len(train)} train / {len(test)} test), micro CNN ({params} parameters), "
-          f"{args.clients} clients with the same Dirichlet({args.alpha}) split, {args.rounds} rounds, "
-          f"{args.epochs} local epoch(s), batch {args.batch_size}, SGD lr {args.lr} momentum {args.momentum}")
-    print(f"torch {torch.__version__}, flwr {flwr.__version__}, ray {ray.__version__}, {os.cpu_count()} CPUs; "
-          f"fedcore: inline executor, 1 thread; Flower: simulation engine, Ray actors with 1 CPU each")
-    ours = run_fedcore(args, train, test)
-    theirs = run_flower(args, train, test, ours["partition"])
-    ours_ray = None
-    if args.fedcore_ray:
-        from fedcore.engine.ray_executor import RayExecutor
-
-        start = time.perf_counter()
-        ours_ray = run_fedcore(args, train, test, executor=RayExecutor(num_workers=2, shutdown_on_close=True))
-        ours_ray["total"] = time.perf_counter() - start
-
-    def row(name: str, r: dict) -> str:
-        mean, med = statistics.mean(r["per_round"]), statistics.median(r["per_round"])
-        return f"{name:<16} {mean:>9.3f} s {med:>9.3f} s {r['total']:>9.1f} s {r['accuracy']:>10.4f}"
-
-    print(f"\n{'':<16} {'mean/round':>11} {'median/round':>12} {'total':>11} {'final acc':>10}")
-    print(row("fedcore", ours))
-    print(row("flower (ray)", theirs))
-    if ours_ray is not None:
-        print(row("fedcore (ray)", ours_ray))
-    ratio_mean = statistics.mean(theirs["per_round"]) / statistics.mean(ours["per_round"])
-    ratio_median = statistics.median(theirs["per_round"]) / statistics.median(ours["per_round"])
-    first = theirs["per_round"][0] / ours["per_round"][0]
-    later = statistics.median(theirs["per_round"][1:]) / statistics.median(ours["per_round"][1:])
-    print(f"\nper-round wall time, Flower / fedcore: {ratio_mean:.1f}x (mean of all rounds), "
-          f"{first:.1f}x (round 1, with Flower's actor start-up), {later:.1f}x (median of rounds 2..{args.rounds}); "
-          f"total incl. start-up: {theirs['total'] / ours['total']:.1f}x")
-    print(f"final accuracy: fedcore {ours['accuracy']:.4f}, Flower {theirs['accuracy']:.4f} "
-          f"(difference {abs(theirs['accuracy'] - ours['accuracy']):.4f}; the batch order differs)")
+    runs.print_header(f"FedAvg on digits ({len(train)} train / {len(test)} test), micro CNN ({params} parameters), "
+                      f"{args.clients} clients, the same Dirichlet({args.alpha}) split, {args.rounds} rounds: "
+                      f"fedcore vs Flower, whole runs as processes",
+                      flower=f"flwr {flwr.__version__}, Ray {ray.__version__} actors of 1 CPU each",
+                      fedcore=f"`{Path(args.fedcore_python).name} -m fedcore run` ({args.fedcore_python}), 1 thread; "
+                              f"threads executor with {args.workers} workers")
+    for key in ("total", "first", "steady", "accuracy"):
+        runs.print_times(key, unit="" if key == "accuracy" else "s")
+    for ours in ("fedcore inline", "fedcore threads"):
+        runs.print_ratio("flower", ours, key="total", target=Target(">=", 5) if ours == "fedcore threads" else None,
+                         label=f"Flower / {ours}, whole run")
+        runs.print_ratio("flower", ours, key="steady", label=f"Flower / {ours}, steady round")
+    runs.print_ratio("fedcore inline", "fedcore threads", key="steady", label="threads speed-up per steady round")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "fedcore": {k: v for k, v in ours.items()
-                                                                              if k != "partition"},
-                                               "flower": theirs, "ratio_mean": ratio_mean,
-                                               "ratio_median": ratio_median, "ratio_first_round": first,
-                                               "ratio_later_median": later,
-                                               "fedcore_ray": None if ours_ray is None else
-                                               {k: v for k, v in ours_ray.items() if k != "partition"}},
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": runs.results, "loads": runs.loads},
                                               indent=2))
 
 

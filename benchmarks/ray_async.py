@@ -13,18 +13,20 @@ round; ``Clock.duration_at_dispatch``), so the arrival order is known at dispatc
   engine drove Ray before jobs were submitted (each replacement trains alone while the other actor idles);
 * Ray, 2 actors, **parallel**: ``RayExecutor.submit``; the engine collects a job's result only at its arrival.
 
-Rounds after the first two are timed (the first rounds pay for imports in fresh workers); the ratio is
-parallel over one-job-per-arrival, measured in the same run. The check: both Ray runs give the inline history.
+Rounds after the first two are timed (the first rounds pay for imports in fresh workers). The three run
+interleaved, ``--reps`` times (``benchmarks/sidebyside.py``), on one local Ray cluster; the ratio one-job-per-arrival
+over parallel is taken within each pair, and the table gives its minimum and median. The check: both Ray runs give
+the inline history.
 """
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
-import platform
 import re
+import statistics
 import time
 
+from sidebyside import interleave, load_average, machine
 import torch
 
 from fedcore.builtin import AsyncSchedule, BufferedSchedule, IIDPartition, SGDUpdate
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--write", default=None, help="a markdown file whose ray_async markers get the table")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -86,22 +89,44 @@ def main() -> None:
                  "FedBuff": lambda: BufferedSchedule(buffer_size=2, concurrency=args.concurrency)}
     import ray
 
-    machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "
-               f"{os.getloadavg()[0]:.1f} at the start, torch {torch.__version__}, Ray {ray.__version__}")
+    from fedcore.engine.ray_cluster import start_local_cluster
+
+    start_local_cluster(num_cpus=args.workers)  # one cluster for every run (actors start per run)
+    loads = [load_average()]
     lines = [f"{args.clients} clients, {args.rounds} rounds, concurrency {args.concurrency}, "
              f"{args.epochs} local epochs, micro ViT (depth 2) on digits, {args.workers} Ray workers x 1 thread; "
-             f"rounds 3..{args.rounds} timed; {machine}", "",
-             "| policy | inline (s) | Ray, one job per arrival (s) | Ray, parallel (s) "
-             "| parallel vs one job per arrival | histories vs inline |", "|---|---:|---:|---:|---:|---|"]
+             f"rounds 3..{args.rounds} timed; {args.reps} pairs interleaved, ratios per pair; {machine()}, "
+             f"Ray {ray.__version__}, LOADS", "",
+             "| policy | inline (s, median) | Ray, one job per arrival (s) | Ray, parallel (s) "
+             "| parallel vs one job per arrival (min / median) | histories vs inline |",
+             "|---|---:|---:|---:|---:|---|"]
     for name, make in schedules.items():
-        inline, t_inline = job(make(), None, args, data)
-        serial, t_serial = job(make(), OneJobPerArrival(RayExecutor(num_workers=args.workers)), args, data)
-        parallel, t_parallel = job(make(), RayExecutor(num_workers=args.workers), args, data)
+        results: dict[str, object] = {}
+
+        def contender(label: str, executor_of):
+            def go() -> float:
+                results[label], seconds = job(make(), executor_of(), args, data)
+                return seconds
+            return go
+
+        runs = interleave({"inline": contender("inline", lambda: None),
+                           "serial": contender("serial",
+                                               lambda: OneJobPerArrival(RayExecutor(num_workers=args.workers))),
+                           "parallel": contender("parallel", lambda: RayExecutor(num_workers=args.workers))},
+                          reps=args.reps)
+        loads += runs.loads
+        inline, serial, parallel = results["inline"], results["serial"], results["parallel"]
         same = (inline.history.comparable() == serial.history.comparable() == parallel.history.comparable()
                 and all(torch.equal(v, parallel.model.state_dict()[k]) for k, v in inline.model.state_dict().items()))
-        ratio = t_serial / t_parallel
-        lines.append(f"| {name} | {t_inline:.2f} | {t_serial:.2f} | {t_parallel:.2f} | **{ratio:.2f}x** "
+        ratios = runs.ratios("serial", "parallel")
+        med = {k: statistics.median(runs.values(k)) for k in runs.names}
+        lines.append(f"| {name} | {med['inline']:.2f} | {med['serial']:.2f} | {med['parallel']:.2f} "
+                     f"| {min(ratios):.2f}x / **{statistics.median(ratios):.2f}x** "
                      f"| {'identical' if same else 'DIFFERENT'} |")
+    ray.shutdown()
+    loads.append(load_average())
+    lines[0] = lines[0].replace("LOADS", f"load average {loads[0]:.1f} at the start, {max(loads):.1f} at most, "
+                                         f"{loads[-1]:.1f} at the end")
     print("\n".join(lines))
     if args.write:
         path = Path(args.write)

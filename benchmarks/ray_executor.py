@@ -1,18 +1,20 @@
-"""Ray executor vs inline: client jobs per second on this machine, and the determinism check.
+"""Ray and threads executors vs inline: client jobs per second on this machine, and the determinism check.
 
-    python benchmarks/ray_executor.py [--clients 10 --rounds 3 --epochs 2]
+    python benchmarks/ray_executor.py [--clients 10 --rounds 4 --epochs 2 --reps 3]
 
-Same FedAvg job (embedded digits, micro ViT, IID, every client every round) three ways: inline with
-one torch thread, inline with two, and on a local Ray cluster with 2 actors of one thread each.
-Ray start-up (cluster and actors) and the first round (fresh workers import torch/timm
-while running it) are timed apart from the later rounds, whose clients/s are compared. The check: the Ray history, ledger
-and final model are identical to the one-thread inline run.
+Same FedAvg job (embedded digits, micro ViT, IID, every client every round) four ways, interleaved
+(``benchmarks/sidebyside.py``): inline with one torch thread, inline with two, the threads executor with 2 workers
+of one thread each, and a local Ray cluster (started once) with 2 actors of one thread each. Executor start-up
+(actors) and the first round (fresh workers import torch/timm while running it) are timed apart from the later
+rounds, whose clients/s are compared, per pair, against inline with one thread. The check: the threads and Ray
+histories, ledgers and final models are identical to the one-thread inline run.
 """
 from __future__ import annotations
 
 import argparse
 import time
 
+from sidebyside import interleave
 import torch
 
 from fedcore.builtin import IIDPartition, SGDUpdate, UniformSync
@@ -57,49 +59,67 @@ def job(executor, args, data):
                     rounds=args.rounds, seed=0, executor=executor)
 
 
+def contender(label: str, make, threads: int, args, data, results: dict):
+    """One run with a fresh executor: clients/s after the first round, round 1 and start-up seconds."""
+    def run() -> dict[str, float]:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            ex = Timed(make())
+            results[label] = job(ex, args, data)
+        finally:
+            torch.set_num_threads(before)
+        jobs, busy = ex.warm
+        return {"clients_per_s": jobs / busy, "first_s": ex.calls[0][1], "startup_s": ex.start_s}
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     data = load_digits(seed=0)
-    rows = []
-    results = {}
-    for label, threads in (("inline, 1 thread", 1), ("inline, 2 threads", 2)):
-        torch.set_num_threads(threads)
-        ex = Timed(InlineExecutor())
-        results[label] = job(ex, args, data)
-        rows.append((label, *ex.warm, ex.calls[0][1], 0.0))
     torch.set_num_threads(1)
     import ray
 
     from fedcore.engine.ray_executor import RayExecutor
+    from fedcore.engine.threads_executor import ThreadsExecutor
 
     t = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     cluster_s = time.perf_counter() - t
-    ex = Timed(RayExecutor(num_workers=2, threads_per_worker=1))
-    results["ray, 2 workers"] = job(ex, args, data)
-    rows.append(("ray, 2 workers x 1 thread", *ex.warm, ex.calls[0][1], cluster_s + ex.start_s))
+    results: dict = {}
+    runs = interleave({
+        "inline, 1 thread": contender("inline, 1 thread", InlineExecutor, 1, args, data, results),
+        "inline, 2 threads": contender("inline, 2 threads", InlineExecutor, 2, args, data, results),
+        "threads, 2 workers x 1": contender("threads, 2 workers x 1", lambda: ThreadsExecutor(workers=2), 1, args,
+                                           data, results),
+        "ray, 2 workers x 1": contender("ray, 2 workers x 1", lambda: RayExecutor(num_workers=2, threads_per_worker=1),
+                                       1, args, data, results),
+    }, reps=args.reps)
     ray.shutdown()
-    base = rows[0][1] / rows[0][2]
-    print(f"{args.clients} clients x {args.rounds} rounds x {args.epochs} epochs, micro ViT on digits, "
-          f"{torch.get_num_interop_threads()} interop threads")
-    print("rounds after the first are timed; the first round (imports in fresh workers) and start-up are shown apart")
-    print(f"{'executor':28s}{'jobs':>6s}{'client work (s)':>17s}{'clients/s':>11s}{'vs inline-1':>13s}"
-          f"{'round 1 (s)':>13s}{'start-up (s)':>14s}")
-    for label, jobs, busy, first, startup in rows:
-        print(f"{label:28s}{jobs:6d}{busy:17.2f}{jobs / busy:11.2f}{(jobs / busy) / base:13.2f}{first:13.2f}{startup:14.2f}")
-    ref, ray_run = results["inline, 1 thread"], results["ray, 2 workers"]
-    same_history = ref.history.comparable() == ray_run.history.comparable()
-    same_ledger = ref.ledger.to_rows() == ray_run.ledger.to_rows()
-    same_model = all(torch.equal(v, ray_run.model.state_dict()[k]) for k, v in ref.model.state_dict().items())
-    two = results["inline, 2 threads"]
-    print(f"determinism: Ray vs inline (1 thread): history {'identical' if same_history else 'DIFFERENT'}, "
-          f"ledger {'identical' if same_ledger else 'DIFFERENT'}, model {'identical' if same_model else 'DIFFERENT'}")
-    print(f"             inline 2 threads vs 1 thread: history "
-          f"{'identical' if two.history.comparable() == ref.history.comparable() else 'different (intra-op threads change float sums)'}")
+    runs.print_header(f"executors: {args.clients} clients x {args.rounds} rounds x {args.epochs} epochs, micro ViT on "
+                      f"digits; clients/s over the rounds after the first (round 1 and start-up shown apart)",
+                      ray_cluster_start=f"{cluster_s:.1f} s (once)")
+    for key, unit in (("clients_per_s", "clients/s"), ("first_s", "s"), ("startup_s", "s")):
+        runs.print_times(key, unit=unit)
+    for label in ("inline, 2 threads", "threads, 2 workers x 1", "ray, 2 workers x 1"):
+        runs.print_ratio(label, "inline, 1 thread", key="clients_per_s")
+    ref = results["inline, 1 thread"]
+    for label in ("threads, 2 workers x 1", "ray, 2 workers x 1"):
+        other = results[label]
+        same_history = ref.history.comparable() == other.history.comparable()
+        same_ledger = ref.ledger.to_rows() == other.ledger.to_rows()
+        same_model = all(torch.equal(v, other.model.state_dict()[k]) for k, v in ref.model.state_dict().items())
+        word = {True: "identical", False: "DIFFERENT"}
+        print(f"  determinism, {label} vs inline (1 thread): history {word[same_history]}, ledger "
+              f"{word[same_ledger]}, model {word[same_model]}")
+    two = results["inline, 2 threads"].history.comparable() == ref.history.comparable()
+    print(f"  inline 2 threads vs 1 thread: history "
+          f"{'identical' if two else 'different (intra-op threads change float sums)'}")
 
 
 if __name__ == "__main__":

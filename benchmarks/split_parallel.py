@@ -4,12 +4,14 @@
 
 After one untimed warm-up run of each, the same client work (``clients x rounds`` local updates of one
 epoch each, micro ViT or ``--vit-s`` width 384 / depth 6, digits 5-9 split IID over ``clients``) is
-done three ways, interleaved ``repeats`` times:
+done three ways, interleaved ``repeats`` times (``benchmarks/sidebyside.py``; ratios per pair, minimum and median):
 
 * vanilla SL (``sl``): one client per round, ``clients x rounds`` rounds, clients strictly in turn;
 * SplitFed V1, inline executor: ``clients`` per round, ``rounds`` rounds, clients run one after another;
 * SplitFed V1, thread executor: the same, each round's clients run in Python threads (torch releases
-  the GIL inside its kernels, one intra-op thread per client).
+  the GIL inside its kernels, one intra-op thread per client). This is the script's own small runner, not
+  fedcore's ``threads`` executor, which refuses shares with a server endpoint (it cannot tell V1's per-client
+  server copies from V2's one segment stepped in client order).
 
 Threads are safe for SplitFed V1 because each client's session has its own server copy
 (``ServerCopies``; split and download happen in the engine before the jobs start); the run's final
@@ -22,10 +24,10 @@ speed-up is bounded by the free cores: on the shared 2-core machine it is at mos
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from sidebyside import interleave
 import torch
 
 from fedcore import Pipeline
@@ -83,24 +85,26 @@ def main(argv: list[str] | None = None) -> None:
     a = parser.parse_args(argv)
     torch.set_num_threads(1)
     train, _ = load_digits(classes=(5, 6, 7, 8, 9))
-    times: dict[str, list[float]] = {"sl": [], "v1-inline": [], "v1-threads": []}
-    states = {}
+    states: dict[str, dict] = {}
     warm = argparse.Namespace(**{**vars(a), "rounds": 1})
-    for kind in times:  # warm-up (first-call allocations and imports), not timed
+    kinds = ("sl", "v1-inline", "v1-threads")
+    for kind in kinds:  # warm-up (first-call allocations and imports), not timed
         run(kind, warm, train)
-    for _ in range(a.repeats):
-        for kind in times:
+
+    def contender(kind: str):
+        def go() -> float:
             sec, states[kind] = run(kind, a, train)
-            times[kind].append(sec)
+            return sec
+        return go
+
+    runs = interleave({kind: contender(kind) for kind in kinds}, reps=a.repeats)
+    runs.print_header(f"split learning: {a.clients} clients x {a.rounds} rounds of client work, "
+                      f"{'ViT-S width' if a.vit_s else 'micro'} ViT, {len(train)} samples", unit="wall s per run")
+    runs.print_times()
+    runs.print_ratio("sl", "v1-threads", label="SL / SplitFed V1 threads")
+    runs.print_ratio("sl", "v1-inline", label="SL / SplitFed V1 inline")
+    runs.print_ratio("v1-inline", "v1-threads", label="V1 inline / V1 threads (thread speed-up)")
     same = all(torch.equal(states["v1-inline"][k], states["v1-threads"][k]) for k in states["v1-inline"])
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{a.clients} clients x {a.rounds} rounds of client work, {'ViT-S width' if a.vit_s else 'micro'} ViT, "
-          f"{len(train)} samples, median of {a.repeats}")
-    for k, v in med.items():
-        print(f"  {k:11s} {v:7.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[k])})")
-    print(f"  SL / SplitFed V1 threads wall-time ratio: {med['sl'] / med['v1-threads']:.2f}")
-    print(f"  SL / SplitFed V1 inline:                  {med['sl'] / med['v1-inline']:.2f}")
-    print(f"  V1 inline / V1 threads (thread speed-up): {med['v1-inline'] / med['v1-threads']:.2f}")
     print(f"  threaded V1 final model identical to inline V1: {same}")
 
 

@@ -1,6 +1,6 @@
-"""pfl-research's CIFAR-10 setup, side by side: fedcore one-by-one, fedcore vectorised, pfl (and Flower if asked).
+"""pfl-research's CIFAR-10 setup, side by side and interleaved: fedcore one-by-one, vectorised (forced, auto), pfl.
 
-    python benchmarks/vectorised_cifar10.py                       # CPU, 3 rounds (1 warm-up + 2 steady)
+    python benchmarks/vectorised_cifar10.py                       # CPU, 3 rounds per run (1 warm-up), 3 repetitions
     python benchmarks/vectorised_cifar10.py --device cuda         # GPU mode (fedcore sides on the GPU)
     python benchmarks/vectorised_cifar10.py --pfl-python /work/venvs/pfl/bin/python
 
@@ -8,9 +8,11 @@ The job: 1,000 users x 50 synthetic CIFAR-shaped images (32x32x3, 10 classes, fi
 not needed for timing), 50 users per round, one local epoch of SGD (lr 0.05) at batch 10, pfl's ``simple_cnn``
 (``benchmarks/pfl_cifar10.py``), FedAvg, no evaluation. fedcore runs its inline engine three ways: the ``per-job``
 cohort (one by one), ``vectorised`` forced on (``on_cpu="vectorise"``) and ``vectorised`` as configured by default
-(``on_cpu="auto"``: on the CPU this convolutional model runs one by one, see ``CPU_CONV_FLOPS``). pfl runs in its
-own environment (``benchmarks/requirements-pfl.txt``; ``--pfl-python`` names its interpreter). Steady rounds are
-the rounds after the first; the table gives clients/s and seconds per steady round, and ratios to one-by-one.
+(``on_cpu="auto"``: on the CPU a timed probe of one step decides, once per machine; see ``docs/cohorts.md``). pfl
+runs in its own environment (``benchmarks/requirements-pfl.txt``; ``--pfl-python`` names its interpreter). The
+sides run in turn (A, B, C, D, A, B, ...) ``--reps`` times after one untimed warm-up each (``sidebyside.py``); each
+run's figure is its mean steady round (the rounds after the first), and the ratios to one-by-one are per
+repetition (min and median), with the load average and the machine.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from pfl_cifar10 import simple_cnn  # noqa: E402  (the same model on every side)
+from sidebyside import interleave, load_average, machine  # noqa: E402
 
 
 def fedcore_rounds(cohort: object, args: argparse.Namespace) -> list[float]:
@@ -70,6 +73,7 @@ def main() -> None:
     ap.add_argument("--per-user", type=int, default=50)
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pfl-python", default=None)
@@ -77,23 +81,38 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from fedcore.builtin import PerJobCohort, VectorisedCohort
 
-    sides: dict[str, list[float] | str] = {
-        "fedcore one-by-one (per-job)": fedcore_rounds(PerJobCohort(), args),
-        "fedcore vectorised (forced)": fedcore_rounds(VectorisedCohort(on_cpu="vectorise"), args),
-        "fedcore vectorised (default, on_cpu=auto)": fedcore_rounds(VectorisedCohort(), args),
-        "pfl 0.6.0": pfl_rounds(args),
+    def steady(rounds: list[float]) -> float:
+        return statistics.mean(rounds[1:]) if len(rounds) > 1 else rounds[0]
+
+    sides = {
+        "fedcore one-by-one (per-job)": lambda: steady(fedcore_rounds(PerJobCohort(), args)),
+        "fedcore vectorised (forced)": lambda: steady(fedcore_rounds(VectorisedCohort(on_cpu="vectorise"), args)),
+        "fedcore vectorised (default, on_cpu=auto)": lambda: steady(fedcore_rounds(VectorisedCohort(), args)),
     }
-    base = statistics.mean(sides["fedcore one-by-one (per-job)"][1:])  # type: ignore[arg-type]
+    with_pfl = bool(args.pfl_python or os.environ.get("FEDCORE_PFL_PYTHON"))
+    if with_pfl:
+        def pfl() -> float:
+            rounds = pfl_rounds(args)
+            if isinstance(rounds, str):
+                raise RuntimeError(f"pfl {rounds}")
+            return steady(rounds)
+
+        sides["pfl 0.6.0"] = pfl
+    print(machine())
     print(f"pfl CIFAR-10 setup: {args.users} users x {args.per_user} images, {args.clients} clients/round, batch 10, "
-          f"1 epoch, device {args.device}, {args.threads} thread(s), {args.rounds} rounds (first = warm-up)\n")
-    print("| side | s / steady round | clients/s | vs one-by-one |")
+          f"1 epoch, device {args.device}, {args.rounds} rounds per run (first = warm-up), {args.reps} repetitions "
+          f"interleaved\nload average {load_average():.2f} (before)\n")
+    times = interleave(sides, reps=args.reps, warmup=1).results
+    base = times["fedcore one-by-one (per-job)"]
+    print("| side | s / steady round (median) | clients/s | speed-up vs one-by-one, min / median |")
     print("|---|---|---|---|")
-    for name, rounds in sides.items():
-        if isinstance(rounds, str):
-            print(f"| {name} | {rounds} | | |")
-            continue
-        steady = statistics.mean(rounds[1:]) if len(rounds) > 1 else rounds[0]
-        print(f"| {name} | {steady:.2f} | {args.clients / steady:.1f} | {base / steady:.2f}x |")
+    for name, runs in times.items():
+        r = [b / o for b, o in zip(base, runs)]
+        print(f"| {name} | {statistics.median(runs):.2f} | {args.clients / statistics.median(runs):.1f} | "
+              f"{min(r):.2f}x / {statistics.median(r):.2f}x |")
+    if not with_pfl:
+        print("| pfl 0.6.0 | not run: give --pfl-python (a venv built from benchmarks/requirements-pfl.txt) | | |")
+    print(f"\nload average {load_average():.2f} (after)")
 
 
 if __name__ == "__main__":

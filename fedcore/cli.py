@@ -1,6 +1,9 @@
 """The ``fedcore`` command.
 
     fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
+    fedcore run CONFIG.toml --dry-run [--json] [--round N]     (the same as fedcore plan)
+    fedcore run CONFIG.toml --smoke [--device cuda] [--precision bf16] [--batch N] [--classes N]
+    fedcore plan CONFIG.toml [--set key=value ...] [--json] [--round N]
     fedcore describe CONFIG.toml [--set key=value ...] [--json]
     fedcore describe NAME [--json]           (a component, recipe, dataset, model, executor or config table)
     fedcore plugins [-v]
@@ -39,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
     top = _Parser(prog="fedcore", description="Run federated / split / collaborative training experiments.")
     top.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
-    sub = top.add_subparsers(dest="command", metavar="{run,sweep,describe,plugins,report}")
+    sub = top.add_subparsers(dest="command", metavar="{run,plan,sweep,describe,plugins,report}")
 
     run = sub.add_parser("run", help="run a pipeline described in a TOML config", description=(
         "Run a pipeline described in TOML. Progress is live on a terminal and one line per round otherwise; "
@@ -53,6 +56,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto",
                      help="live display (rich), one line per round (plain), or nothing; auto picks by terminal")
     run.add_argument("--report", action="store_true", help="write the report (table and plots) when the run ends")
+    run.add_argument("--dry-run", action="store_true",
+                     help="plan the run instead: per client and round its parameters, FLOPs, bytes by kind, memory "
+                          "and virtual time, from models built on the meta device (the same as fedcore plan)")
+    run.add_argument("--smoke", action="store_true",
+                     help="one round of one local step on two clients: the config's architecture with random weights "
+                          "on synthetic inputs of its shape (no data or weights needed)")
+    run.add_argument("--device", help="with --smoke: where it computes (default cpu; cuda for a GPU check)")
+    run.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="with --smoke: client arithmetic")
+    run.add_argument("--batch", type=int, metavar="N", help="with --smoke: samples per client, one step (default 2)")
+    run.add_argument("--classes", type=int, metavar="N",
+                     help="with --smoke: fold the labels onto N classes (default 10 on the CPU, all on a GPU; 0 = all)")
+    run.add_argument("--json", action="store_true", help="with --dry-run or --smoke: print the result as JSON")
+    run.add_argument("--round", type=int, default=0, metavar="N", help="with --dry-run: the round to plan")
+
+    plan = sub.add_parser("plan", help="a config's costs per client and round, without running it (a dry run)",
+                          description="Build every model on the meta device (no memory, no weights) and print per "
+                          "client and per round: parameters held and trained, forward and backward FLOPs, bytes up "
+                          "and down by message kind, peak training memory and the virtual time on the configured "
+                          "device profiles. A [plan] table states the data's shape when the data is not here.")
+    plan.add_argument("config", help="CONFIG.toml")
+    plan.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config value, as in fedcore run")
+    plan.add_argument("--json", action="store_true", help="every client's numbers as JSON")
+    plan.add_argument("--round", type=int, default=0, metavar="N", help="the round to plan (default 0)")
 
     desc = sub.add_parser("describe", help="a config's resolved pipeline, or a name's slots, settings and package",
                           description="With CONFIG.toml: print the resolved config and pipeline without running it. "
@@ -99,11 +126,72 @@ def _parser() -> argparse.ArgumentParser:
 # -- commands ----------------------------------------------------------------------------------------------
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from fedcore.experiment.build import plan
+    from fedcore.experiment.plan_costs import dry_run
+
+    if args.config is None:
+        raise _config_error("give a CONFIG.toml to plan")
+    dry = dry_run(plan(_base_config(args.config, args.sets)), round=args.round)
+    if args.json:
+        print(json.dumps(dry.to_dict(), indent=2, default=str))
+        return 0
+    from fedcore.experiment.plan_report import print_dry_run
+
+    print_dry_run(dry, _console())
+    return 0
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    from fedcore.experiment.build import plan
+    from fedcore.experiment.smoke_run import print_smoke, smoke
+
+    if args.config is None:
+        raise _config_error("give a CONFIG.toml to smoke-test")
+    outcome = smoke(plan(_base_config(args.config, args.sets)), device=args.device, precision=args.precision,
+                    batch=args.batch, classes=args.classes)
+    if args.json:
+        print(json.dumps(outcome.to_dict(), indent=2, default=str))
+    else:
+        print_smoke(outcome, _console())
+    return 0 if outcome.ok else EXIT_FAILED
+
+
+def _base_config(path: str, sets: Sequence[str]) -> dict[str, Any]:
+    """The config to plan or smoke-test: a sweep config's base (its ``[sweep]`` table set aside)."""
+    from pathlib import Path
+
+    from fedcore.experiment.config import load_config, read_toml
+
+    raw = read_toml(path)
+    if "sweep" not in raw:
+        return load_config(path, sets)
+    raw.pop("sweep")
+    print(f"{path}: a sweep; its base config (the [sweep] table set aside)", file=sys.stderr)
+    config = load_config(None, sets, base=raw)
+    config["name"] = config["name"] if raw.get("name") else Path(path).stem
+    return config
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedcore.errors import ConfigError
     from fedcore.experiment.progress import accuracy_key
     from fedcore.experiment.runner import prepare, run_experiment
 
+    if args.dry_run and args.smoke:
+        raise ConfigError("--dry-run and --smoke are two different checks; give one")
+    if (args.dry_run or args.smoke) and (args.resume or args.out or args.overwrite):
+        raise ConfigError(f"{'--dry-run' if args.dry_run else '--smoke'} writes no run directory; drop --out, "
+                          f"--resume and --overwrite")
+    if not args.smoke and (args.device or args.precision or args.batch or args.classes is not None):
+        raise ConfigError("--device, --precision, --batch and --classes go with --smoke (a run takes them from its "
+                          "config)")
+    if not (args.dry_run or args.smoke) and (args.json or args.round):
+        raise ConfigError("--json and --round go with --dry-run (or fedcore plan)")
+    if args.dry_run:
+        return cmd_plan(args)
+    if args.smoke:
+        return cmd_smoke(args)
     if args.resume and args.out:
         raise ConfigError("--resume continues the run in its own directory; drop --out")
     if args.resume and args.overwrite:
@@ -369,7 +457,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if outcome.failed else 0
 
 
-COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "describe": cmd_describe, "plugins": cmd_plugins,
+COMMANDS = {"run": cmd_run, "plan": cmd_plan, "sweep": cmd_sweep, "describe": cmd_describe, "plugins": cmd_plugins,
             "report": cmd_report}
 
 
@@ -394,6 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedcoreError as exc:
         print(f"fedcore: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as exc:  # a library imported where a component builds or runs (docs/plugins.md) is missing
+        print(f"fedcore: error: {_missing_library(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
@@ -416,6 +507,30 @@ def _console() -> Any:
 
     console = Console(highlight=False)
     return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+def _missing_library(exc: ImportError) -> str:
+    """``ModuleNotFoundError: No module named 'peft' (imported by fedcore_lora.share of plugin 'lora' (fedcore-lora
+    0.1.0))``: the cause and the plugin whose code imported it."""
+    import fedcore
+
+    importer = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of Python code, not of the import machinery
+        if not tb.tb_frame.f_code.co_filename.startswith("<frozen"):
+            importer = tb.tb_frame.f_globals.get("__name__")
+        tb = tb.tb_next
+    where = ""
+    if importer:
+        package = importer.partition(".")[0]
+        try:
+            plugins = fedcore.list_plugins()
+        except fedcore.FedcoreError:  # a broken installation: the cause alone still says what is missing
+            plugins = []
+        owner = next((p for p in plugins if p.module.partition(".")[0] == package and p.name != "builtin"), None)
+        origin = f" of plugin {owner.name!r} ({owner.distribution} {owner.version})" if owner else ""
+        where = f" (imported by {importer}{origin})"
+    return f"{type(exc).__name__}: {_one_line(exc)}{where}"
 
 
 def _one_line(exc: BaseException) -> str:

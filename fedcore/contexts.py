@@ -20,7 +20,12 @@ from fedcore.types import ClientInfo, ClientState, Partition, ServerState
 
 @attrs.define(kw_only=True, eq=False)
 class RunContext:
-    """One run: its seed, data, clients, server state, ledger and per-plugin stash."""
+    """One run: its seed, data, clients, server state, ledger and per-plugin stash.
+
+    ``settings`` holds choices the run made while running that a resumed run must make the same way (the
+    ``vectorised`` cohort's timed ``on_cpu = "auto"`` choice): JSON values, checkpointed, and written by
+    ``fedcore run`` to ``manifest.json`` under ``decided``.
+    """
 
     seed: int
     num_clients: int
@@ -50,7 +55,8 @@ class RoundContext:
 
     Server-side hooks see ``run``; client-side hooks (select data, local update) get a copy bound to
     one client with its ``channel`` and must talk to the server only through that channel or the
-    share's endpoint: under a distributed executor ``run`` is ``None`` on the worker.
+    share's endpoint: under a distributed executor ``run`` is ``None`` on the worker. ``info`` holds small
+    notes for this round that every client-bound copy shares (and carries to a worker).
     """
 
     round: int

@@ -24,6 +24,12 @@ import fedcore.plugins
 from fedcore.registry import KINDS, Entry, slots_of
 from fedcore.settings import describe_settings
 
+LORA_ROW: dict[str, Any] = {
+    "name": "lora", "type": "table", "required": False, "default": None, "allowed": "r, alpha, target_modules, dropout",
+    "help": "model.lora: peft LoRA settings the model carries to the component that injects the adapters "
+            "(lora-share, sa-fedlora-plan); see docs/models.md"}
+"""Every model takes ``[model.lora]`` (the config builder reads it, not the factory): one row for all of them."""
+
 
 def find(name: str) -> list[Entry]:
     """Every entry called ``name`` (one per kind at most). An unknown name raises one line: a first-party
@@ -56,6 +62,8 @@ def describe_entry(entry: Entry) -> dict[str, Any]:
         out["settings"] = describe_settings(obj)
     elif entry.kind in ("dataset", "model", "executor"):
         out["settings"] = describe_settings(obj)
+        if entry.kind == "model":
+            out["settings"].append(LORA_ROW)
     elif entry.kind == "recipe":
         recipe = obj.describe()
         out["doc"] = entry.help

@@ -16,7 +16,7 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
                                         "recipe": ("sl", "splitfed-v1", "splitfed-v2")}),
     "fedcore-lora": ("fedcore_lora", {"component": ("lora-share", "staleness-mean", "lora-product-svd")}),
     "fedcore-clip": ("fedcore_clip", {"component": ("prompt-share", "prompt-eval", "vectorised-prompt"),
-                                      "model": ("prompted-clip",),
+                                      "model": ("open_clip", "prompted-clip"),
                                       "dataset": ("clip.shapes", "clip.digits")}),
     "fedcore-fedv": ("fedcore_fedv", {"component": ("fedv-share", "fedv-train", "paired-test", "local-model-eval"),
                                       "recipe": ("fedv", "fedvz")}),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest/tox pattern)
+    import torch
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # keep this module cheap to import and free of cycles (pytest
         ClientState,
         ClientUpdate,
         DropUpdate,
+        JobPlan,
         Partition,
         Share,
     )
@@ -143,7 +145,9 @@ def fedcore_train_cohort(jobs: Sequence[ClientJob], ctx: RoundContext) -> Sequen
     it must send every client's per-batch traffic over that client's channel and must not touch the
     global model. Return ``ClientFailed(client_id, error)`` for a client that failed; raising fails the
     whole cohort. The engine uploads each update, validates it and books the ledger as before. Under a
-    distributed executor a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``).
+    parallel executor (Ray, threads) a wave may be split into per-worker cohorts (``ctx.run`` is then ``None``);
+    the threads executor runs them at once only for a provider whose class sets ``thread_safe = True``
+    (torch's global RNG reached only through ``job.torch_rng()``, nothing mutable shared between jobs).
     Stops at first non-None result.
     """
 
@@ -204,6 +208,20 @@ def fedcore_round_start(ctx: RoundContext) -> None:
 
 
 @hookspec
+def fedcore_client_trained(client: ClientInfo, outcome: ClientUpdate | ClientFailed, ctx: RoundContext) -> None:
+    """A client's training finished where it ran, whichever cohort trained it; watch it, do not change it.
+
+    Called once for every job of every wave: the ``per-job`` cohort calls it as each client finishes, a
+    batched cohort as each batch of clients finishes (``job.trained(outcome)``), and the engine, when the
+    cohort returns, for every job it did not report. ``outcome`` is the ``ClientUpdate`` before its upload,
+    or ``ClientFailed``; ``ctx`` is the client-bound context. Runs where the client trained: on the
+    worker under a distributed executor (``ctx.run`` is then ``None``), possibly on a worker thread. This
+    is how a progress display or a logger follows training without wrapping ``fedcore_local_update``, which
+    would make a vectorising cohort train one by one.
+    """
+
+
+@hookspec
 def fedcore_client_done(client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
     """A client's update arrived at the server (accepted or not, before aggregation)."""
 
@@ -219,6 +237,23 @@ def fedcore_adapt_update(update: ClientUpdate, model: nn.Module, ctx: RoundConte
     :class:`DropUpdate` with a reason for the history row (``"made for stage 1, the model is in stage 2"``),
     or ``None`` for no opinion. The first answer wins. Without one, the engine drops an update whose
     entries or shapes no longer match the global model, with a reason, and passes the others on.
+    """
+
+
+@hookspec(firstresult=True)
+def fedcore_plan_job(client: ClientInfo, share: Share, samples: int, example: torch.Tensor, ctx: RoundContext
+                     ) -> JobPlan | None:
+    """A dry run (``fedcore plan``) asks what a client's job will do this round, without running it.
+
+    ``share`` is the client's real share of the global model built on the meta device (shapes, no values), and
+    ``example`` a meta batch of two of the client's inputs: run the share's modules on it to read the shapes of what
+    crosses. ``samples`` is the number of samples the job trains on. Return a :class:`~fedcore.types.JobPlan`: every
+    message the job sends after the share's download (per-batch traffic with ``share.endpoint``, the upload) and the
+    samples its module processes. The
+    component that trains the job answers: a local update whose traffic or work differs from the default, or a
+    cohort trainer that replaces the per-job path. Without an answer the dry run assumes the default: the upload
+    of ``share.upload`` (``fedcore.types.upload_messages``) and the local update's ``epochs`` passes over the
+    samples in batches of its ``batch_size``. Pure: no state changes, nothing sent. The first answer wins.
     """
 
 
@@ -253,8 +288,10 @@ OBSERVER_HOOKS: tuple[str, ...] = (
     "fedcore_check_pipeline",
     "fedcore_run_start",
     "fedcore_round_start",
+    "fedcore_client_trained",
     "fedcore_client_done",
     "fedcore_adapt_update",
+    "fedcore_plan_job",
     "fedcore_collect_metrics",
     "fedcore_round_end",
     "fedcore_run_end",

@@ -33,11 +33,13 @@ from fedcore.types import (
     ClientState,
     ClientUpdate,
     DropUpdate,
+    JobPlan,
     Partition,
     Share,
 )
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from fedcore.contexts import RoundContext, RunContext
@@ -53,9 +55,29 @@ def _default_providers() -> dict[str, Any]:
 
 
 @cache
+def _plugin_distributions() -> dict[str, str]:
+    """Top-level module -> distribution, from the ``fedcore`` entry points (a few ms: no file is read)."""
+    found: dict[str, str] = {}
+    for ep in metadata.entry_points(group="fedcore"):
+        if ep.dist is not None:
+            found.setdefault(ep.module.split(".")[0], ep.dist.name)
+    return found
+
+
+@cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    """Every installed top-level module's distributions: reads every distribution's file list (~1 s), so once."""
+    return metadata.packages_distributions()
+
+
+@cache
 def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    """(distribution, version) that installed ``module``: the plugin's whose package holds it, from the entry points,
+    else from the file lists of every installed distribution (read once per process: hundreds of files each)."""
     top = module.split(".")[0]
-    for dist in metadata.packages_distributions().get(top, []):
+    plugin = _plugin_distributions().get(top)
+    candidates = [plugin] if plugin is not None else _packages_distributions().get(top, [])
+    for dist in candidates:
         try:
             return dist, metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -133,6 +155,10 @@ class Hooks:
     def fedcore_round_start(self, *, ctx: RoundContext) -> None:
         self._pm.hook.fedcore_round_start(ctx=ctx)
 
+    def fedcore_client_trained(self, *, client: ClientInfo, outcome: ClientUpdate | ClientFailed, ctx: RoundContext
+                               ) -> None:
+        self._pm.hook.fedcore_client_trained(client=client, outcome=outcome, ctx=ctx)
+
     def fedcore_client_done(self, *, client: ClientInfo, update: ClientUpdate, ctx: RoundContext) -> None:
         self._pm.hook.fedcore_client_done(client=client, update=update, ctx=ctx)
 
@@ -142,6 +168,15 @@ class Hooks:
         answer = self._pm.hook.fedcore_adapt_update(update=update, model=model, ctx=ctx)
         if answer is not None and not isinstance(answer, (ClientUpdate, DropUpdate)):
             raise TypeError(f"fedcore_adapt_update returned {answer!r}; expected a ClientUpdate, a DropUpdate or None")
+        return answer
+
+    def fedcore_plan_job(self, *, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,
+                         ctx: RoundContext) -> JobPlan | None:
+        """The first component's plan of a client's job (``None``: nobody answers; the dry run's default)."""
+        answer = self._pm.hook.fedcore_plan_job(client=client, share=share, samples=samples, example=example,
+                                                ctx=ctx)
+        if answer is not None and not isinstance(answer, JobPlan):
+            raise TypeError(f"fedcore_plan_job returned {answer!r}; expected a fedcore.types.JobPlan or None")
         return answer
 
     def fedcore_collect_metrics(self, *, ctx: RoundContext) -> dict[str, float]:

@@ -195,6 +195,15 @@ def _not_loaded(package: str, cat: _Catalogue) -> str:
     return f"it is provided by the {package} package, which is installed but not loaded ({switch})"
 
 
+def missing_library(entry: Entry, exc: ImportError) -> str:
+    """One line for a plugin that registered ``entry`` but cannot build it: the library its factory or class
+    imports where it builds (docs/plugins.md, "Registration stays light") failed to import."""
+    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    origin = f"{entry.plugin!r} ({entry.distribution} {entry.version})" if entry.distribution else repr(entry.plugin)
+    return (f"{entry.kind} {entry.name!r} of plugin {origin} cannot be built: a library it needs failed to import: "
+            f"{cause}")
+
+
 def get(name: str, *, slot: str | None = None) -> Any:
     """The component class registered as ``name``: ``fedcore.get("fedavg")()``; ``slot`` narrows the
     unknown-name error to that slot's providers."""

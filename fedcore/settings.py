@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 import inspect
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from fedcore.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _converter(kind: type | None) -> Callable[[Any], Any]:
@@ -102,10 +104,11 @@ def describe_settings(obj: Any) -> list[dict[str, Any]]:
         params = list(inspect.signature(obj).parameters.values())  # a class: its __init__ without self
     except (TypeError, ValueError):
         return rows
+    helps = getattr(obj, HELP_ATTRIBUTE, {})
     for p in params:
         if p.kind is p.VAR_KEYWORD:
             rows.append({"name": f"**{p.name}", "type": "", "required": False, "default": None, "allowed": "",
-                         "help": "further keyword settings, passed on as they are"})
+                         "help": helps.get(p.name, "further keyword settings, passed on as they are")})
             continue
         if p.name == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
@@ -113,8 +116,24 @@ def describe_settings(obj: Any) -> list[dict[str, Any]]:
         annotation = None if p.annotation is p.empty else p.annotation
         type_text = _type_text(None, annotation, False) or ("" if required else type(p.default).__name__)
         rows.append({"name": p.name, "type": type_text, "required": required,
-                     "default": None if required else _plain(p.default), "allowed": "", "help": ""})
+                     "default": None if required else _plain(p.default), "allowed": "", "help": helps.get(p.name, "")})
     return rows
+
+
+HELP_ATTRIBUTE = "__fedcore_settings_help__"
+
+
+def settings_help(**helps: str) -> Callable[[F], F]:
+    """Help lines for a factory's keyword settings (``fedcore describe NAME`` shows them, as it shows a component's
+    :func:`setting` help); the ``**kwargs`` parameter's help goes under its own name::
+
+        @settings_help(arch="a timm architecture", kwargs="passed to timm.create_model")
+        def timm_model(*, arch: str, **kwargs): ...
+    """
+    def decorate(fn: F) -> F:
+        setattr(fn, HELP_ATTRIBUTE, dict(helps))
+        return fn
+    return decorate
 
 
 def _plain(v: Any) -> Any:
@@ -149,5 +168,5 @@ def build(cls: type, settings: dict[str, Any], *, name: str | None = None) -> An
 
 
 __all__ = [
-    "build", "setting", "settings_of"
+    "build", "setting", "settings_help", "settings_of"
 ]

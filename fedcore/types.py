@@ -98,6 +98,74 @@ class Share:
         return tuple(n for n, p in self.module.named_parameters() if p.requires_grad)
 
 
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class Message:
+    """Traffic a client job will send, stated for a dry run (``fedcore plan``): ``count`` messages of ``nbytes``
+    each, one way, under one ledger ``kind`` (``smashed``, ``input-grad``, ``features``, ``weights``, ...).
+
+    :meth:`tensors` states a payload by its tensors (meta tensors are fine: only their sizes are read), so the bytes
+    are counted exactly as :class:`fedcore.Channel` counts a real send.
+    """
+
+    direction: str = attrs.field(validator=attrs.validators.in_(("up", "down")))
+    kind: str
+    nbytes: int = attrs.field(validator=attrs.validators.ge(0))
+    count: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+
+    @classmethod
+    def tensors(cls, direction: str, kind: str, payload: Any, *, count: int = 1) -> Message:
+        from fedcore.network import payload_nbytes
+
+        return cls(direction=direction, kind=kind, nbytes=payload_nbytes(payload), count=count)
+
+    @property
+    def total(self) -> int:
+        return self.nbytes * self.count
+
+
+@attrs.frozen(kw_only=True)
+class JobPlan:
+    """What one client job does in a round, stated without running it: the answer to ``fedcore_plan_job``.
+
+    ``messages`` is everything the job sends after the server's download of ``share.download`` (which the dry run
+    counts itself): per-batch traffic with a server endpoint, and the upload (:func:`upload_messages` gives the
+    usual one, ``share.upload`` read from the module). ``train_samples`` and ``eval_samples`` are the samples the
+    forward of ``share.module`` itself processes with and without a backward, as the job's meter counts them
+    (:mod:`fedcore.runtime.meter`; a loop that calls a submodule is not counted, and the clock then prices
+    ``num_examples`` samples of training). ``steps`` is the number of optimiser steps, ``batch_size`` the largest
+    batch (the memory estimate's), ``num_examples`` the update's weight.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    train_samples: int
+    eval_samples: int = 0
+    num_examples: int
+    steps: int = 0
+    batch_size: int | None = None
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_names)
+
+
+def upload_messages(share: Share, values: Mapping[str, torch.Tensor] | None = None) -> tuple[Message, ...]:
+    """The upload of ``share.upload`` as the engine sends it: one message per ledger kind (``share.kinds``,
+    unlisted entries as ``weights``), entries read from ``values`` (default: the share module's state dict)."""
+    state = dict(values) if values is not None else share.module.state_dict()
+    missing = [k for k in share.upload if k not in state]
+    if missing:
+        raise KeyError(f"the share uploads entries its module does not have: {missing[:8]}; a local update that "
+                       f"uploads computed values states them in fedcore_plan_job")
+    groups: dict[str, int] = {}
+    for name in share.upload:
+        kind = share.kinds.get(name, "weights")
+        groups[kind] = groups.get(kind, 0) + state[name].numel() * state[name].element_size()
+    if not groups:
+        groups["weights"] = 0  # the engine sends an empty message when there is nothing to upload
+    return tuple(Message(direction="up", kind=k, nbytes=n) for k, n in groups.items())
+
+
 @attrs.frozen(kw_only=True)
 class ClientData:
     """A client's data for one round: the dataset and the selected indices into it."""
@@ -225,7 +293,6 @@ class ServerState:
 
 
 __all__ = [
-    "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "Partition",
-    "ServerState",
-    "Share", "TensorDict"
+    "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "JobPlan", "Message",
+    "Partition", "ServerState", "Share", "TensorDict", "upload_messages",
 ]

@@ -10,6 +10,9 @@ COMPONENTS = [
     builtin.FewShotPartition(shots=2),
     builtin.FewShotPartition(shots=2, mode="random_classes", classes_per_client=2, pool_multiplier=2),
     builtin.QuantitySkewPartition(beta=1.0, min_size=5),
+    builtin.LinearPartition(shuffle=False),  # the Flower partitioners' defaults run in test_registered_contracts
+    builtin.PathologicalPartition(class_assignment_mode="deterministic", shuffle=False),
+    builtin.InnerDirichletPartition(alpha=[1.0, 2.0, 3.0, 4.0], partition_sizes=[40, 30, 26]),
     builtin.FedAvg(),
     builtin.FedAvg(weighting="uniform"),
     builtin.SGDUpdate(),

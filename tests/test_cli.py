@@ -1,6 +1,7 @@
 """The ``fedcore`` command: run, describe, plugins; bad input; run directories never overwritten silently."""
 import io
 import json
+import logging
 import sys
 import textwrap
 
@@ -98,6 +99,38 @@ def test_run_fills_the_run_directory_and_its_config_repeats_the_run(capsys, tmp_
     again = tmp_path / "again"
     rc, _, _ = run_cli(capsys, "run", out_dir / "config.toml", "--out", again, "--progress", "none")
     assert rc == 0 and comparable(read_rows(again)) == comparable(rows)
+
+
+@pytest.mark.parametrize("on_cpu", ["vectorise", "auto"])
+def test_run_vectorises_when_asked_and_progress_still_counts_every_client(capsys, tmp_path, config, monkeypatch,
+                                                                         caplog, on_cpu):
+    """The progress display observes the clients without wrapping the local update, so the cohort vectorises (or,
+    under auto, does what the probe chose and records it in the manifest); either way every client is counted."""
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "cache"))
+    counted = []
+    finished = RunProgress.client_finished
+
+    def counting(self):
+        counted.append(self.clients_done)
+        finished(self)
+
+    monkeypatch.setattr(RunProgress, "client_finished", counting)
+    out_dir = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="fedcore.cohort"):
+        rc, _, err = run_cli(capsys, "run", config, "--out", out_dir, "--progress", "plain",
+                             "--set", f'pipeline.cohort={{name="vectorised", on_cpu="{on_cpu}"}}')
+    assert rc == 0, err
+    said = [r.getMessage() for r in caplog.records if r.name == "fedcore.cohort"]
+    assert not any("wrapped by" in line for line in said), said
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    vectorised = [r["cohort_vectorised"] for r in read_rows(out_dir)]
+    if on_cpu == "vectorise":
+        assert vectorised == [3.0, 3.0, 3.0] and not said  # every client of every round in one batch
+        assert "decided" not in manifest
+    else:
+        (record,) = manifest["decided"]["vectorised-cohort"].values()
+        assert record["by"] == "probe" and vectorised == [3.0 if record["choice"] == "vectorise" else 0.0] * 3
+    assert len(counted) == 9  # 3 clients x 3 rounds, counted by the display as they finished
 
 
 def test_a_run_directory_is_never_overwritten_silently(capsys, tmp_path, config):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.builtin.clone import clone_module
+from fedcore.builtin.clone import clone_module, share_frozen_copy
 from fedcore.models import micro_cnn, micro_vit, tiny_mlp
 
 
@@ -111,3 +111,48 @@ def test_whole_model_share_uses_it():
                                              state=engine.run_ctx.client_states[0], ctx=round_context(engine))
     assert share.module is not model
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(share.module.parameters(), model.parameters()))
+
+
+def test_share_frozen_copy_shares_only_frozen_stateless_parts():
+    """Frozen parameters not named in ``own`` (and frozen subtrees of stateless layers) are the original's; the rest
+    (trainable or owned parameters, buffers, layers whose training flag matters) is copied, so training the copy
+    and switching its mode leave the original alone, and the copy computes what the original computes."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.GELU()), nn.Dropout(0.5), nn.BatchNorm1d(8),
+                      nn.Linear(8, 3), nn.Linear(3, 3))
+    for layer in (m[0], m[1], m[3], m[5]):
+        layer.requires_grad_(False)
+    c = share_frozen_copy(m, own=["5.weight"])
+    assert c is not m and c[0] is m[0] and c[1] is m[1]  # frozen stateless subtrees: the same objects
+    assert c[2] is not m[2] and c[3] is not m[3] and c[4] is not m[4] and c[5] is not m[5]
+    assert c[3].weight is m[3].weight and c[3].running_mean is not m[3].running_mean  # buffers are copied
+    assert c[4].weight is not m[4].weight and c[5].weight is not m[5].weight and c[5].bias is m[5].bias
+    assert [(n, p.requires_grad) for n, p in c.named_parameters()] == [(n, p.requires_grad) for n, p in m.named_parameters()]
+    x = torch.randn(5, 4)
+    m.eval(), c.eval()
+    assert torch.equal(c(x), m(x)) and not m[2].training
+    c.train()
+    assert not m[2].training and not m[3].training  # their own flags
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    opt = torch.optim.SGD([p for p in c.parameters() if p.requires_grad], lr=0.1)
+    c(x).pow(2).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        c[5].weight.add_(1.0)  # an owned frozen entry (a download lands there)
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_share_frozen_copy_of_a_lora_vit_matches_and_keeps_ties():
+    m = lora_vit()
+    c = share_frozen_copy(m)
+    x = torch.randn(3, 1, 8, 8)
+    m.eval(), c.eval()
+    assert torch.equal(c(x), m(x))
+    frozen = [n for n, p in m.named_parameters() if not p.requires_grad]
+    assert frozen and all(c.get_parameter(n) is m.get_parameter(n) for n in frozen)
+    assert all(c.get_parameter(n) is not p for n, p in m.named_parameters() if p.requires_grad)
+    t = tied()
+    t[1].requires_grad_(False)
+    ct = share_frozen_copy(t, own=["3.weight"])  # owned under one name of a tied pair: owned under both
+    assert ct[3].weight is ct[1].weight and ct[1].weight is not t[1].weight

@@ -113,7 +113,8 @@ def test_missing_required_key_and_missing_file(tmp_path):
     (["dataset.nn=3"], "dataset synthetic: unknown setting 'nn'; allowed: n, n_test, noise, num_classes, seed"),
     (["dataset.n='many'"], "dataset synthetic.n = 'many' has type string; expected integer"),
     (["model=resnet"], "unknown model 'resnet'"),
-    (["executor=threads"], "executor = 'threads': unknown executor 'threads'; choose one of: inline, ray"),
+    (["executor=thread"], "executor = 'thread': unknown executor 'thread' (did you mean threads?); choose one of: "
+                          "inline, ray, threads"),
     (["clock.speed=2.0"], "clock: unknown setting 'speed'"),
     (["faults.dropout_during='often'"], "faults.dropout_during = 'often' has type string"),
 ])

@@ -8,6 +8,7 @@ import torch
 
 from fedcore.data.files import load_cifar, load_hf_disk, load_image_folder
 from fedcore.data.safe_pickle import UnsafePickleError, load_data_pickle
+from fedcore.errors import ConfigError
 
 
 def _pixels(seed, shape):
@@ -154,9 +155,9 @@ def test_hf_save_to_disk_image_feature_and_class_names(tmp_path):
     assert train.classes == ["cat", "dog"] and train.y.tolist() == [0, 1, 0, 1] and test.y.tolist() == [1, 0]
     assert torch.allclose(train.x[0], torch.full((1, 8, 8), 1 / 255))
     assert torch.allclose(train.x[2, 0], torch.from_numpy(arrays[2]).float() / 255)
-    with pytest.raises(KeyError, match=r"split 'validation' not in .*available: \['test', 'train'\]"):
+    with pytest.raises(ConfigError, match=r"split 'validation' not in .*available: \['test', 'train'\]"):
         load_hf_disk(tmp_path / "hf", split="validation")
-    with pytest.raises(KeyError, match=r"column 'img' not in"):
+    with pytest.raises(ConfigError, match=r"column 'img' not in .*columns: image, label"):
         load_hf_disk(tmp_path / "hf", image_key="img")
 
 

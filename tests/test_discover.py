@@ -16,6 +16,7 @@ from fedcore.cli import main
 from fedcore.errors import ConfigError, UnknownComponentError
 from fedcore.first_party import PACKAGES
 from fedcore.settings import allowed_text, describe_settings, setting
+from fedcore.testing.light_import import imported_heavy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,11 +65,15 @@ def test_describe_unknown_name_is_one_line_with_close_matches(capsys):
 
 @pytest.mark.integration
 def test_python_dash_m_fedcore_is_the_command():
+    """... and answering about one name imports every installed plugin but none of the heavy libraries (timm,
+    peft, open_clip, ray, torchvision, datasets, matplotlib, ...): they load where a component is built."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEDCORE_")}
-    proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "iid", "--json"], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "fedcore", "describe", "iid", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["slots"] == ["partition"]
+    assert "fedcore_distill" in proc.stderr and "fedcore_clip" in proc.stderr  # discovery imported the plugins
+    assert imported_heavy(proc.stderr) == [], "registration must stay light (docs/plugins.md)"
     bad = subprocess.run([sys.executable, "-m", "fedcore", "frobnicate"], capture_output=True, text=True, env=env,
                          timeout=300, cwd=ROOT)
     assert bad.returncode == 2 and "invalid choice: 'frobnicate'" in bad.stderr
@@ -146,7 +151,7 @@ def test_unknown_name_lists_every_installed_plugin_providing_the_slot(catalogue_
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"partition": "diriclet"})
     msg = str(err.value)
-    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet?); choose one of: ")
+    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet, inner-dirichlet?); choose one of: ")
     providers = fedcore.plugins.registry().providers("partition")
     assert msg.split("; choose one of: ")[1].split(" (installed")[0].split(", ") == sorted(e.name for e in providers)
     assert "fedavg" not in msg.split("(installed")[0]

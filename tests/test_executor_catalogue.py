@@ -174,14 +174,15 @@ def test_a_plugin_table_is_checked_and_unknown_executors_list_the_registered_one
     bad = answers["bad-executor"]
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("fedcore: error: executor = 'loging': unknown executor 'loging' (did you mean "
-                                  "logging?); choose one of: inline, logging, ray")
+                                  "logging?); choose one of: inline, logging, ray, threads")
 
 
 def test_builtin_executors_and_tables_are_catalogue_entries():
     registry = fedcore.plugins.registry()
-    assert {"inline", "ray"} <= set(registry.names("executor"))
+    assert {"inline", "ray", "threads"} <= set(registry.names("executor"))
     assert {"clock", "profiles", "faults"} <= set(registry.names("table"))
     builtin = next(p for p in fedcore.list_plugins() if p.name == "builtin")
-    assert {"executor:inline", "executor:ray", "table:clock", "table:faults"} <= set(builtin.components)
+    assert {"executor:inline", "executor:ray", "executor:threads", "table:clock", "table:faults"} \
+        <= set(builtin.components)
     with pytest.raises(TypeError, match="takes a fedcore.experiment.config.Table"):
         registry.add_table("nope", {"key": 1})

@@ -334,6 +334,57 @@ def test_hook_fedcore_round_start():
     assert result.model.state_dict()["1.weight"].shape == (8, 64)
 
 
+@attrs.frozen(eq=False, kw_only=True)
+class Trained:
+    """Logs each local update as it runs and each ``client_trained`` event; client 1 fails in round 0."""
+
+    log: list = attrs.field(factory=list)
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client, share, data, state, ctx):
+        self.log.append(("local_update", ctx.round, client.id))
+        if ctx.round == 0 and client.id == 1:
+            raise RuntimeError("client 1 is out of battery")
+        return SGDUpdate(lr=0.1).fedcore_local_update(client=client, share=share, data=data, state=state, ctx=ctx)
+
+    @fedcore.hookimpl
+    def fedcore_client_trained(self, client, outcome, ctx):
+        self.log.append(("client_trained", ctx.round, client.id, type(outcome).__name__, outcome.client_id,
+                         ctx.client_id))
+
+    @fedcore.hookimpl
+    def fedcore_client_done(self, client, ctx):
+        self.log.append(("client_done", ctx.round, client.id))
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Silent:
+    """A cohort that trains the whole wave, then answers, and never calls ``job.trained``."""
+
+    @fedcore.hookimpl
+    def fedcore_train_cohort(self, jobs, ctx):
+        return [attrs.evolve(job.local_update(job.select_data()), client_id=job.client.id) for job in jobs]
+
+
+def test_hook_fedcore_client_trained():
+    """Every job is reported once where it trained, with its outcome before upload (a failure too): by the per-job
+    cohort as each client finishes, and by the engine, when the cohort returns, for a cohort that says nothing."""
+    live = Trained()
+    _run([live])
+    r0 = [e for e in live.log if e[1] == 0]
+    assert r0[:6] == [("local_update", 0, 0), ("client_trained", 0, 0, "ClientUpdate", 0, 0),
+                      ("local_update", 0, 1), ("client_trained", 0, 1, "ClientFailed", 1, 1),
+                      ("local_update", 0, 2), ("client_trained", 0, 2, "ClientUpdate", 2, 2)]
+    assert r0[6:] == [("client_done", 0, 0), ("client_done", 0, 2)]  # then the arrivals; the failure never arrives
+    silent = Trained()
+    _run([silent, Silent()])
+    assert [e for e in silent.log if e[1] == 1] == [
+        ("local_update", 1, 0), ("local_update", 1, 1), ("local_update", 1, 2),
+        ("client_trained", 1, 0, "ClientUpdate", 0, 0), ("client_trained", 1, 1, "ClientUpdate", 1, 1),
+        ("client_trained", 1, 2, "ClientUpdate", 2, 2),
+        ("client_done", 1, 0), ("client_done", 1, 1), ("client_done", 1, 2)]
+
+
 def test_hook_fedcore_client_done():
     w = Watcher()
     _run([w])

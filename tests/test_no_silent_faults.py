@@ -80,6 +80,19 @@ def test_an_aggregate_that_does_not_fit_the_model_stops_the_run_naming_the_compo
         bn_run([PoisonRound(factor=1.0, entry="2.weight"), _Reshape()], rounds=2)
 
 
+def test_a_run_that_goes_well_never_consults_the_plugin_catalogue(monkeypatch):
+    """The aggregate check names the component only when it refuses an aggregate: a Python-API run of instances
+    does not discover the installed plugins inside round 1 (issue 30), a faulty round does."""
+    loads = []
+    original = fedcore.plugins._load
+    monkeypatch.setattr(fedcore.plugins, "_cache", None)  # as in a fresh process; restored afterwards
+    monkeypatch.setattr(fedcore.plugins, "_load", lambda: loads.append(1) or original())
+    bn_run([FedAvg()], rounds=2)
+    assert loads == []
+    bn_run([PoisonRound()], rounds=2)  # wording the refusal looks the name up
+    assert loads == [1]
+
+
 @attrs.frozen(eq=False, kw_only=True)
 class _Reshape:
     """A wrapper that breaks the shape of one entry."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 from pathlib import Path
 import re
 import types
@@ -54,6 +55,11 @@ def test_the_documented_names_are_the_modules_all(module):
         value = getattr(mod, name)  # every listed name exists
         if isinstance(value, types.ModuleType):
             assert value.__name__ in PUBLIC, f"{module}.{name} is a module: it needs its own row in docs/plugins.md"
+        elif hasattr(mod, "__path__"):
+            # a submodule of the same name replaces the package attribute once anything imports it, so
+            # `from package import name` would hand out the module instead (whichever import ran first)
+            assert importlib.util.find_spec(f"{module}.{name}") is None, (
+                f"{module}.{name} is both a public name and a submodule: rename the submodule")
 
 
 def private_uses(source: str, public: dict[str, list[str]]) -> list[str]:

@@ -92,3 +92,22 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
     assert runs["inline"][1] == [5] * 10  # inline: the whole wave is one cohort
     assert runs["ray"][1] == [3, 2, 3, 2, 3] * 2  # ray: clients 0,2,4 on worker 0 and 1,3 on worker 1, by client id
     assert [r["test_accuracy"] for r in runs["inline"][0].history] == [r["test_accuracy"] for r in runs["ray"][0].history]
+
+
+def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(local_ray):
+    """Under Ray each worker's cohort decides ``on_cpu = "auto"`` (this machine's cached probe, or a probe whose
+    first writer wins); the choice reaches the run's record with the updates, later waves replay it, and the
+    history counts the clients trained vectorised on the workers."""
+    from fedcore.builtin import SGDUpdate, VectorisedCohort
+    from fedcore.builtin.vectorised_cohort import CHOICES
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = run_tiny_pipeline([VectorisedCohort(), SGDUpdate(), UniformSync(fraction=1.0)], rounds=2,
+                                   fixture=ContractFixture(num_clients=6), executor=RayExecutor(num_workers=2))
+    finally:
+        torch.set_num_threads(threads)
+    (record,) = result.run.settings[CHOICES].values()
+    assert record["choice"] in ("vectorise", "one-by-one") and record["by"] in ("probe", "cached probe")
+    assert result.history.column("cohort_vectorised") == [6.0 if record["choice"] == "vectorise" else 0.0] * 2

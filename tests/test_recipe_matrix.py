@@ -64,7 +64,7 @@ def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
     assert config["recipe"] == "fedprox" and config["pipeline"]["schedule"]["name"] == "buffered"
     assert config["dataset"]["name"] == "synthetic"  # MICRO_SETUP: fedprox declares no test setup
     prompt = matrix.cell_config("promptper", "async")
-    assert prompt["model"] == {"name": "prompted-clip", "n_ctx": 4, "n_personal": 2}
+    assert prompt["model"] == {"name": "open_clip", "n_ctx": 4, "n_personal": 2}
     assert prompt["pipeline"]["local_update"] == {"epochs": 1} and prompt["pipeline"]["schedule"]["name"] == "async"
 
 

@@ -104,7 +104,7 @@ def test_memory_model_and_refusal_before_any_work():
     assert parts["params"] == params and parts["grads"] == params  # tiny MLP: every parameter trains
     assert parts["optimizer"] == params  # SGD with momentum: one state tensor per parameter
     cost = next(iter(clock.model.cache.values()))
-    assert parts["activations"] == int(cost.activation_bytes * 16) > 0  # batch 16 read from the local update
+    assert parts["activations"] == cost.activations(16) > 0  # batch 16 read from the local update
     assert optimizer_slots_of(SGDUpdate()) == 0 and optimizer_slots_of(SGDUpdate(optimizer="adam")) == 2
 
 

@@ -4,6 +4,7 @@ from fedcore import builtin
 from fedcore.builtin import datasets_and_models
 from fedcore.engine.executor import InlineExecutor
 from fedcore.engine.ray_executor import RayExecutor
+from fedcore.engine.threads_executor import ThreadsExecutor
 from fedcore.experiment import runtime_tables
 from fedcore.recipes import Recipe
 from fedcore.registry import ComponentRegistry
@@ -17,6 +18,12 @@ def fedcore_register_components(registry: ComponentRegistry) -> None:
     registry.add("fewshot", builtin.FewShotPartition)
     registry.add("quantity-skew", builtin.QuantitySkewPartition)
     registry.add("given", builtin.GivenPartition)
+    registry.add("natural-id", builtin.NaturalIdPartition)  # the Flower Datasets names (docs/data.md)
+    registry.add("pathological", builtin.PathologicalPartition)
+    registry.add("inner-dirichlet", builtin.InnerDirichletPartition)
+    registry.add("linear", builtin.LinearPartition)
+    registry.add("square", builtin.SquarePartition)
+    registry.add("exponential", builtin.ExponentialPartition)
     registry.add("fedavg", builtin.FedAvg)
     registry.add("sgd", builtin.SGDUpdate)
     registry.add("whole-model", builtin.WholeModel)
@@ -33,6 +40,7 @@ def fedcore_register_components(registry: ComponentRegistry) -> None:
     datasets_and_models.register(registry)
     registry.add_executor("inline", InlineExecutor)
     registry.add_executor("ray", RayExecutor)
+    registry.add_executor("threads", ThreadsExecutor)
     runtime_tables.register(registry)  # clock, profiles, faults
     for name, recipe in RECIPES.items():
         registry.add_recipe(name, recipe)

@@ -65,6 +65,8 @@ def replace_dropout(template: nn.Module, sample: torch.Tensor) -> list[DropoutSi
     A dropout module called twice per forward is refused (``ValueError``): its draws could not be told apart.
     """
     found = {name: m for name, m in template.named_modules() if type(m) is nn.Dropout and float(m.p) > 0}
+    if not found:
+        return []
     calls: list[tuple[str, tuple[int, ...]]] = []
     handles = [m.register_forward_pre_hook(lambda _m, args, name=name: calls.append((name, tuple(args[0].shape[1:]))))
                for name, m in found.items()]

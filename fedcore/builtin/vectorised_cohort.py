@@ -5,7 +5,9 @@
 Each client ends where the ``sgd`` local update would have taken it alone (within float rounding): the same
 selected data, the same shuffled batches (its own ``ctx.rng("shuffle")``), the same dropout masks (its own
 seeded stream), the same BatchNorm statistics, the same ``torch.optim`` arithmetic. What cannot be
-vectorised falls back to the one-by-one ``per-job`` cohort, and the log says why once per reason.
+vectorised falls back to the one-by-one ``per-job`` cohort, and the log says why once per reason. On the
+CPU, ``on_cpu = "auto"`` vectorises a group only where a timed probe says it is faster
+(:mod:`fedcore.builtin.cohort_probe`); the choice is recorded in the run and repeated on resume.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 import fedcore
+from fedcore.builtin import cohort_probe
 from fedcore.builtin.clone import clone_module
 from fedcore.builtin.per_job_cohort import PerJobCohort
 from fedcore.builtin.stacked_optim import StackedOptimizer
@@ -37,6 +40,15 @@ log = logging.getLogger("fedcore.cohort")
 
 Outcome = ClientUpdate | ClientFailed
 
+CHOICES = "vectorised-cohort"
+"""``RunContext.settings`` key: group key -> the ``on_cpu = "auto"`` choice made for it (replayed on resume)."""
+
+TRAINED = "vectorised-cohort.trained"
+"""``RoundContext.info`` key: how many of the round's arrived updates were trained vectorised."""
+
+METRIC = "cohort_vectorised"
+"""History column: clients of the round whose update was trained in a batched computation."""
+
 
 def _defined_in(cls: type, attribute: str) -> type | None:
     return next((c for c in cls.__mro__ if attribute in vars(c)), None)
@@ -52,41 +64,46 @@ def batch_coupled(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
 
-def convolutional(module: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
-
-
-CPU_CONV_FLOPS = 2e6
-"""On the CPU, a convolutional model is vectorised only up to this many forward FLOPs per sample.
-
-Measured on the 2-core development machine (``benchmarks/vectorised_cifar10.py``): a 1x8x8 micro CNN
-(~6 kFLOPs) ran 3.5x faster vectorised, pfl's CIFAR-10 CNN (~35 MFLOPs) 0.8x: ``vmap`` turns a convolution
-into a grouped one, which the CPU kernels run slowly, while small models are bound by per-call overhead.
-Linear layers batch into ``bmm`` and always win. A fixed rule, not a timing probe, so that the choice
-(and so the history, to the last bit) is the same on every run.
-"""
-
-
-def forward_flops(module: nn.Module, sample: torch.Tensor) -> int:
-    """FLOPs of one forward of ``module`` on ``sample`` (a batch of one), counted by torch's flop counter."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    was_training = module.training
-    counter = FlopCounterMode(display=False)
-    try:
-        module.eval()
-        with uncounted(), torch.no_grad(), counter:
-            module(sample)
-    finally:
-        module.train(was_training)
-    return int(counter.get_total_flops())
-
-
 def architecture(module: nn.Module) -> tuple[Any, ...]:
     """What two modules must share to be stepped in one batched forward: layers, settings, state shapes."""
-    return (tuple((type(m), m.extra_repr()) for m in module.modules()),
-            tuple((n, tuple(p.shape), p.dtype, p.requires_grad, p.device) for n, p in module.named_parameters()),
-            tuple((n, tuple(b.shape), b.dtype) for n, b in module.named_buffers()))
+    return Layout.of(module).architecture
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Layout:
+    """A module's :func:`architecture` with its parameters and buffers by name, from one walk over its modules."""
+
+    architecture: tuple[Any, ...]
+    params: dict[str, nn.Parameter]
+    buffers: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, module: nn.Module, reprs: dict[int, str] | None = None) -> Layout:
+        """``reprs`` remembers each module object's ``extra_repr`` across the modules of a wave: clients that
+        share their frozen layers (``share_frozen_copy``) describe them once."""
+        reprs = {} if reprs is None else reprs
+        layers: list[tuple[type, str]] = []
+        params: dict[str, nn.Parameter] = {}
+        buffers: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()  # as named_parameters() and named_buffers(): a shared tensor counts once
+        for prefix, m in module.named_modules():
+            text = reprs.get(id(m))
+            if text is None:
+                text = reprs[id(m)] = m.extra_repr()
+            layers.append((type(m), text))
+            dot = f"{prefix}." if prefix else ""
+            for n, p in m._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    params[dot + n] = p
+            for n, b in m._buffers.items():
+                if b is not None and id(b) not in seen:
+                    seen.add(id(b))
+                    buffers[dot + n] = b
+        shape = (tuple(layers),
+                 tuple((n, tuple(p.shape), p.dtype, p.requires_grad, p.device) for n, p in params.items()),
+                 tuple((n, tuple(b.shape), b.dtype) for n, b in buffers.items()))
+        return cls(architecture=shape, params=params, buffers=buffers)
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -95,16 +112,44 @@ class VectorisedCohort:
 
     Clients with the same architecture are trained ``chunk`` at a time (one batched forward and backward
     per local step; lower ``chunk`` when memory runs short); unequal local data is padded and masked. The
-    local update must be the built-in ``sgd`` (SGD with momentum or Adam, weight decay, FedProx ``mu``)
-    with no wrapper around it; anything else runs one by one (``per-job``). On the CPU, batched
-    convolutions are slower than one client after another, so ``on_cpu = "auto"`` vectorises only
-    convolution-free models there; on an accelerator it always vectorises.
+    local update must state its loop as a ``TrainPlan`` (the built-in ``sgd``: SGD with momentum or Adam,
+    weight decay, FedProx ``mu``) with no wrapper around it; anything else runs one by one (``per-job``).
+    On an accelerator it always vectorises. On the CPU, ``on_cpu = "auto"`` times a probe on the first wave
+    of each new model: 2 local steps of 1 client one by one and of up to 8 clients stacked, in CPU time,
+    and vectorises only if stacked takes at most 0.75x the one-by-one time; the choice is cached per model,
+    device and threads and recorded in the run (manifest and checkpoint), so a repeated or resumed run
+    makes the same one. ``"vectorise"``/``"one-by-one"`` pin it.
+    The history column ``cohort_vectorised`` counts the clients trained vectorised each round.
     """
 
     chunk: int = setting(64, low=1, help="most clients stepped in one batched computation (bounds memory)")
     on_cpu: str = setting("auto", choices=("auto", "vectorise", "one-by-one"),
-                          help="on the CPU: vectorise convolution-free models only (auto), always, or never")
+                          help="on the CPU: vectorise where a timed probe says it is faster (auto), always, or never")
     _said: set[str] = attrs.field(factory=set, init=False, repr=False)
+
+    # -- the round's record: choices replayed from the run, clients counted at arrival ---------
+
+    @fedcore.hookimpl
+    def fedcore_round_start(self, ctx: RoundContext) -> None:
+        """Every client-bound copy of ``ctx`` carries the run's recorded choices (to a Ray worker too)."""
+        if ctx.run is not None and ctx.run.settings.get(CHOICES):
+            ctx.info[CHOICES] = dict(ctx.run.settings[CHOICES])
+
+    @fedcore.hookimpl
+    def fedcore_client_done(self, update: ClientUpdate, ctx: RoundContext) -> None:
+        if update.meta.get("cohort") == "vectorised":
+            ctx.info[TRAINED] = ctx.info.get(TRAINED, 0) + 1
+        made = update.meta.get("cohort_choice")
+        if made and ctx.run is not None:  # a choice made where no run was reachable (a Ray worker)
+            recorded = ctx.run.settings.setdefault(CHOICES, {})
+            for key, record in made.items():
+                recorded.setdefault(key, dict(record))
+
+    @fedcore.hookimpl
+    def fedcore_collect_metrics(self, ctx: RoundContext) -> dict[str, float]:
+        return {METRIC: float(ctx.info.get(TRAINED, 0))}
+
+    # -- training a wave ----------------------------------------------------------------------
 
     @fedcore.hookimpl
     def fedcore_train_cohort(self, jobs: Sequence[ClientJob], ctx: RoundContext) -> list[Outcome]:
@@ -118,21 +163,26 @@ class VectorisedCohort:
         out: dict[int, Outcome] = {}
         groups: dict[tuple[Any, ...], list[int]] = {}
         plans: dict[tuple[Any, ...], TrainPlan | None] = {}
+        reprs: dict[int, str] = {}
+        layouts = [Layout.of(job.share.module, reprs) for job in jobs]
         for i, job in enumerate(jobs):
             plan = planner(job.share)
-            key = (architecture(job.share.module), plan)
+            key = (layouts[i].architecture, plan)
             groups.setdefault(key, []).append(i)
             plans[key] = plan
         if len(groups) > 1:
             self._say(f"vectorised cohort: the wave holds {len(groups)} architectures or plans; each is vectorised "
                       f"apart")
+        # the run's recorded choices (on a worker without the run: the copy its jobs carry)
+        recorded = ctx.run.settings.get(CHOICES, {}) if ctx.run is not None else jobs[0].ctx.info.get(CHOICES, {})
         for key, members in groups.items():
             plan = plans[key]
-            first = jobs[members[0]]
-            sample = first.dataset[first.pool[0]][0] if first.pool else None
+            group = [jobs[i] for i in members]
+            made: dict[str, Any] = {}
             why_not = ("the local update gives no plan for this share" if plan is None else
-                       self._why_one_by_one(first.share.module, len(members),
-                                            None if sample is None else torch.as_tensor(sample).unsqueeze(0)))
+                       self._why_one_by_one(group, plan, key[0], recorded, made))
+            if made and ctx.run is not None:
+                ctx.run.settings.setdefault(CHOICES, {}).update(made)  # checkpointed: a resumed run repeats it
             if why_not is not None:
                 self._say(f"vectorised cohort: {why_not}; training one by one", logging.INFO)
                 chunks = [members]
@@ -140,8 +190,16 @@ class VectorisedCohort:
                 chunks = [members[s:s + self.chunk] for s in range(0, len(members), self.chunk)]
             for chunk in chunks:
                 chosen = [jobs[i] for i in chunk]
-                results = (per_job.fedcore_train_cohort(jobs=chosen, ctx=ctx) if why_not is not None or plan is None
-                           else self._train_chunk(chosen, plan, ctx))
+                if why_not is not None or plan is None:
+                    results = per_job.fedcore_train_cohort(jobs=chosen, ctx=ctx)
+                else:
+                    results = self._train_chunk(chosen, [layouts[i] for i in chunk], plan, ctx)
+                if made and ctx.run is None:  # made where the run is out of reach (a Ray worker): the server
+                    # records it when the updates arrive (fedcore_client_done)
+                    results = [attrs.evolve(r, meta={**r.meta, "cohort_choice": made})
+                               if isinstance(r, ClientUpdate) else r for r in results]
+                for job, result in zip(chosen, results):
+                    job.trained(result)  # observers (progress) follow chunk by chunk
                 out.update(zip(chunk, results))
         return [out[i] for i in range(len(jobs))]
 
@@ -160,8 +218,11 @@ class VectorisedCohort:
             return None, f"the local update is wrapped by {', '.join(wrappers)}"
         return update.vectorised_plan, ""
 
-    def _why_one_by_one(self, module: nn.Module, clients: int, sample: torch.Tensor | None) -> str | None:
-        if clients < 2:
+    def _why_one_by_one(self, group: list[ClientJob], plan: TrainPlan, shape: tuple[Any, ...],
+                        recorded: dict[str, Any], made: dict[str, Any]) -> str | None:
+        """Why this group trains one by one, or ``None``. A choice made here (not replayed) lands in ``made``."""
+        module = group[0].share.module
+        if len(group) < 2:
             return "a lone client of its architecture"
         if not any(p.requires_grad for p in module.parameters()):
             return "the share has no trainable parameter"
@@ -170,10 +231,42 @@ class VectorisedCohort:
             return None
         if self.on_cpu == "one-by-one":
             return "on_cpu = 'one-by-one'"
-        if convolutional(module) and sample is not None and forward_flops(module, sample) > CPU_CONV_FLOPS:
-            return (f"batched convolutions of more than {CPU_CONV_FLOPS:.0e} FLOPs per sample are slower than "
-                    f"one-by-one on the CPU (on_cpu = 'auto')")
-        return None
+        key = cohort_probe.group_key(module, plan, shape)
+        record = recorded.get(key)
+        if record is None:
+            record = made[key] = self._choice(key, group, plan)
+        if record["choice"] == cohort_probe.VECTORISE:
+            return None
+        timed = ("" if record.get("one_by_one_ms") is None else
+                 f"; {record['clients']} clients x {record.get('steps', 1)} steps took "
+                 f"{record['one_by_one_ms']:.1f} ms of CPU one by one, "
+                 + ("failed" if record.get("vectorised_ms") is None else f"{record['vectorised_ms']:.1f} ms")
+                 + " vectorised")
+        return (f"on the CPU, one by one is as fast or faster for {key} (on_cpu = 'auto', {record['by']}{timed}; "
+                f"pin it with on_cpu = 'vectorise' or 'one-by-one')")
+
+    def _choice(self, key: str, group: list[ClientJob], plan: TrainPlan) -> dict[str, Any]:
+        """``on_cpu = "auto"`` for a model the run has no choice for: this machine's cached probe, or a new probe."""
+        module = group[0].share.module
+        where = cohort_probe.machine(next(module.parameters()).device)
+        record = cohort_probe.cached(key, where)
+        if record is not None:
+            record = {**record, "by": "cached probe"}
+        else:
+            first = group[0]
+            x, y = next(batches(first.dataset, first.pool[:plan.batch_size], plan.batch_size, shuffle=False))
+            clients = min(len(group), self.chunk, cohort_probe.PROBE_CLIENTS)
+            pool = sum(len(job.pool) for job in group) / len(group)
+            steps = min(cohort_probe.PROBE_STEPS, plan.epochs * max(1, round(pool / plan.batch_size)))
+            timed = cohort_probe.probe(module, plan, x, y, clients, steps=steps, pad=not batch_coupled(module))
+            record = {**cohort_probe.remember(key, where, {**timed, "by": "probe"}), "by": "probe"}
+        record = {k: record[k] for k in ("choice", "by", "one_by_one_ms", "vectorised_ms", "clients", "steps")
+                  if k in record}
+        record.update(threads=where["threads"], device=where["device"])
+        if record["choice"] == cohort_probe.VECTORISE:  # the other choice is said as the reason to train one by one
+            log.info("vectorised cohort: vectorising %s on the CPU (on_cpu = 'auto', %s: %s)", key, record["by"],
+                     record)
+        return record
 
     def _say(self, message: str, level: int = logging.WARNING) -> None:
         if message not in self._said:
@@ -182,7 +275,8 @@ class VectorisedCohort:
 
     # -- training ---------------------------------------------------------------------------
 
-    def _train_chunk(self, jobs: list[ClientJob], update: TrainPlan, ctx: RoundContext) -> list[Outcome]:
+    def _train_chunk(self, jobs: list[ClientJob], layouts: list[Layout], update: TrainPlan, ctx: RoundContext
+                     ) -> list[Outcome]:
         """Select each client's data as it would alone, then train the ones that selected without error together."""
         from fedcore.engine.client_job import seed_torch
 
@@ -198,8 +292,8 @@ class VectorisedCohort:
                 out[i] = ClientFailed(client_id=job.client.id, error=traceback.format_exc())
         trained: list[Outcome] | None = None
         try:
-            trained = self._fit([jobs[i] for i, _, _ in ready], [c for _, c, _ in ready],
-                                [s for _, _, s in ready], update)
+            trained = self._fit([jobs[i] for i, _, _ in ready], [layouts[i] for i, _, _ in ready],
+                                [c for _, c, _ in ready], [s for _, _, s in ready], update)
         except Exception as exc:  # an op torch.func cannot batch (random ops but nn.Dropout, ...): one by one
             self._say(f"vectorised cohort: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}; "
                       f"training one by one", logging.WARNING)
@@ -210,8 +304,8 @@ class VectorisedCohort:
         assert all(o is not None for o in out)
         return [o for o in out if o is not None]
 
-    def _fit(self, jobs: list[ClientJob], chosen: list[Sequence[int]], rng_states: list[torch.Tensor],
-             update: TrainPlan) -> list[Outcome]:
+    def _fit(self, jobs: list[ClientJob], layouts: list[Layout], chosen: list[Sequence[int]],
+             rng_states: list[torch.Tensor], update: TrainPlan) -> list[Outcome]:
         if not jobs:
             return []
         modules = [job.share.module for job in jobs]
@@ -232,16 +326,18 @@ class VectorisedCohort:
             gen = torch.Generator()
             gen.set_state(state)
             generators.append(gen)
-        named = [dict(m.named_parameters()) for m in modules]
+        named = [layout.params for layout in layouts]
+        owned = [layout.buffers for layout in layouts]
         train = {k: torch.stack([n[k].detach() for n in named]) for k, p in named[0].items() if p.requires_grad}
         shared, frozen = {}, {}
         for k, p in named[0].items():
-            if not p.requires_grad:
+            if not p.requires_grad:  # one frozen backbone (share_frozen_copy: the same tensor) stays unstacked
                 if all(n[k] is p or torch.equal(n[k], p) for n in named[1:]):
-                    shared[k] = p.detach()
+                    if template is not modules[0]:  # else the template holds it: nothing to swap in
+                        shared[k] = p.detach()
                 else:
                     frozen[k] = torch.stack([n[k].detach() for n in named])
-        buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules]) for k, _ in modules[0].named_buffers()}
+        buffers = {k: torch.stack([b[k] for b in owned]) for k in owned[0]}
         run = StackedRun(template=template, train=train, frozen=frozen, shared=shared, buffers=buffers, streams=streams,
                          optimizer=StackedOptimizer(name=update.optimizer, lr=update.lr, momentum=update.momentum,
                                                     weight_decay=update.weight_decay),
@@ -252,12 +348,16 @@ class VectorisedCohort:
         results: list[Outcome] = []
         with torch.no_grad():
             for i, (job, module) in enumerate(zip(jobs, modules)):
-                module.train()
-                for k, p in module.named_parameters():
-                    if k not in shared:
-                        p.copy_((train if k in train else frozen)[k][i])
-                for k, b in module.named_buffers():
+                if not module.training:
+                    module.train()
+                for k in train:  # frozen entries were not changed
+                    named[i][k].copy_(train[k][i])
+                for k, b in owned[i].items():
                     b.copy_(buffers[k][i])
-                results.append(ClientUpdate.from_share(job.share, num_examples=len(chosen[i]),
-                                                       metrics={"loss": losses[i]}, client_id=job.client.id))
+                values = {**{k: p.detach() for k, p in named[i].items()}, **owned[i]}  # no state_dict() walk
+                if any(k not in values for k in job.share.upload):  # a module whose state_dict renames entries
+                    values = module.state_dict()
+                results.append(ClientUpdate.from_share(job.share, values, num_examples=len(chosen[i]),
+                                                       metrics={"loss": losses[i]}, meta={"cohort": "vectorised"},
+                                                       client_id=job.client.id))
         return results

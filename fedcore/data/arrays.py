@@ -1,21 +1,30 @@
 """In-memory tensor datasets and the batch iterator local updates use.
 
 Tensor-backed data is indexed directly instead of going through a DataLoader: on micro models the
-loader's per-sample overhead would cost more than the training step.
+loader's per-sample overhead would cost more than the training step. A dataset that keeps its inputs
+in another form (compact uint8 images turned into model inputs per batch: :class:`fedcore.data.ImageDataset`)
+says so with a ``gather(indices) -> (x, y)`` method, which :func:`batches` and :func:`gather` call.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedcore.errors import ConfigError
+
 
 class ArrayDataset(torch.utils.data.Dataset):
-    """Inputs ``x`` and integer labels ``y`` held as tensors, with optional class names."""
+    """Inputs ``x`` and integer labels ``y`` held as tensors, with optional class names.
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[str] | None = None) -> None:
+    ``columns`` are further per-sample values a partitioner may ask for by name (a writer or user id for
+    ``natural-id``), one array each, indexed like ``y``.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, classes: Sequence[str] | None = None, *,
+                 columns: Mapping[str, np.ndarray] | None = None) -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
         self.x = x
@@ -23,6 +32,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         if classes is None:  # read the labels only when needed (no device sync for data placed on a GPU)
             classes = [str(i) for i in range(int(self.y.max()) + 1 if len(y) else 0)]
         self.classes = list(classes)
+        self.columns = checked_columns(columns, len(y))
 
     def __len__(self) -> int:
         return len(self.y)
@@ -38,9 +48,27 @@ class ArrayDataset(torch.utils.data.Dataset):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def gather(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels of ``indices`` as one batch."""
+        idx = indices.to(self.x.device)
+        return self.x[idx], self.y[idx]
+
     def subset(self, indices: Sequence[int]) -> ArrayDataset:
         idx = torch.as_tensor(list(indices), dtype=torch.long)
-        return ArrayDataset(self.x[idx], self.y[idx], self.classes)
+        return ArrayDataset(self.x[idx], self.y[idx], self.classes, columns=subset_columns(self.columns, idx))
+
+
+def checked_columns(columns: Mapping[str, np.ndarray] | None, n: int) -> dict[str, np.ndarray]:
+    out = {name: np.asarray(values) for name, values in (columns or {}).items()}
+    wrong = {name: len(v) for name, v in out.items() if len(v) != n}
+    if wrong:
+        raise ValueError(f"columns {wrong} do not have one value per sample ({n})")
+    return out
+
+
+def subset_columns(columns: Mapping[str, np.ndarray], idx: torch.Tensor) -> dict[str, np.ndarray]:
+    rows = idx.cpu().numpy()
+    return {name: values[rows] for name, values in columns.items()}
 
 
 def labels_of(dataset: Any) -> np.ndarray:
@@ -50,6 +78,28 @@ def labels_of(dataset: Any) -> np.ndarray:
         if value is not None:
             return np.asarray(value.cpu() if isinstance(value, torch.Tensor) else value, dtype=np.int64)
     return np.asarray([int(dataset[i][1]) for i in range(len(dataset))], dtype=np.int64)
+
+
+def column_of(dataset: Any, name: str, *, who: str) -> np.ndarray:
+    """The per-sample values of column ``name`` (``dataset.columns``); ``who`` asked (named in the error)."""
+    columns = getattr(dataset, "columns", None) or {}
+    if name not in columns:
+        have = ", ".join(sorted(columns)) or "none"
+        raise ConfigError(f"{who}: the training set has no column {name!r}; its columns: {have} (the hf dataset "
+                          f"keeps every column of numbers or strings)")
+    return np.asarray(columns[name])
+
+
+def gather(dataset: Any, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and labels of ``indices`` as one batch: the dataset's own ``gather`` when it has one (an
+    :class:`ArrayDataset` indexes its tensors, an image dataset decodes and transforms the batch), else its
+    items stacked."""
+    idx = torch.as_tensor(indices, dtype=torch.long)
+    method = getattr(dataset, "gather", None)
+    if method is not None:
+        return method(idx)
+    items = [dataset[int(i)] for i in idx]
+    return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
 def batches(dataset: Any, indices: Sequence[int], batch_size: int, *, generator: torch.Generator | None = None,
@@ -66,5 +116,4 @@ def batches(dataset: Any, indices: Sequence[int], batch_size: int, *, generator:
         if direct:
             yield dataset.x[chunk], dataset.y[chunk]
         else:
-            items = [dataset[int(i)] for i in chunk]
-            yield torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
+            yield gather(dataset, chunk)

@@ -1,4 +1,5 @@
-"""Loaders for real datasets on disk: image folders, CIFAR-10/100 python batches, Hugging Face ``save_to_disk``.
+"""Loaders for real datasets on disk: image folders, CIFAR-10/100 python batches, Hugging Face ``save_to_disk``
+(through the ``hf`` loader, :mod:`fedcore.data.hf`).
 
 Nothing is downloaded: these read what a user already has. Each returns an :class:`ArrayDataset`.
 """
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from fedcore.data.arrays import ArrayDataset
+from fedcore.data.images import ImageDataset
 from fedcore.data.safe_pickle import UnsafePickleError, load_data_pickle
 
 
@@ -87,27 +89,13 @@ def _batch(path: Path, keys: tuple[bytes, ...]) -> dict[Any, Any]:
 def load_hf_disk(
     path: str | Path, *, split: str = "train", image_key: str = "image", label_key: str = "label"
 ) -> ArrayDataset:
-    """A Hugging Face dataset saved with ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
-    from datasets import DatasetDict, load_from_disk
+    """One split of a Hugging Face dataset saved with ``save_to_disk`` (a ``Dataset`` is the split ``train``), as
+    [0, 1] tensors: the ``hf`` loader (:func:`fedcore.data.hf.load_hf`) with every image transformed at once.
+    Integer pixels are scaled by 255, float arrays are taken as already in [0, 1] (by dtype, not by each image's
+    max, so a dark image is scaled like every other one)."""
+    from fedcore.data.hf import load_hf
+    from fedcore.data.transform import TransformSettings
 
-    ds = load_from_disk(str(path))
-    if isinstance(ds, DatasetDict):
-        if split not in ds:
-            raise KeyError(f"split {split!r} not in {path}; available: {sorted(ds)}")
-        ds = ds[split]
-    for key in (image_key, label_key):
-        if key not in ds.column_names:
-            raise KeyError(f"column {key!r} not in {path}; columns: {ds.column_names}")
-    images = []
-    for item in ds[image_key]:
-        raw = np.asarray(item)
-        # integer pixels (PIL images, uint8 arrays) are 0..255; float arrays are taken as already in [0, 1].
-        # Decided by dtype, not by each image's max, so a dark image is scaled like every other one.
-        arr = raw.astype(np.float32) / 255.0 if raw.dtype.kind in "ui" else raw.astype(np.float32)
-        images.append(torch.from_numpy(arr if arr.ndim == 3 else arr[None]))
-    x = torch.stack(images)
-    if x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):  # HWC -> CHW
-        x = x.permute(0, 3, 1, 2)
-    feature = ds.features[label_key]
-    names = list(getattr(feature, "names", []) or [])
-    return ArrayDataset(x, torch.as_tensor(ds[label_key]), names or None)
+    train, _ = load_hf(path=str(path), split=split, test_split="", image=image_key, label=label_key,
+                       settings=TransformSettings(mode="none"))
+    return train.as_arrays() if isinstance(train, ImageDataset) else train

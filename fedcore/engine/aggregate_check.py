@@ -24,7 +24,7 @@ VARIANCE_BUFFER = "running_var"
 
 
 def _label(component: Any) -> str:
-    from fedcore.plugins import registry
+    from fedcore.plugins import registry  # only to word an error: a run that goes well never needs the catalogue
 
     entry = registry().find(component)
     return entry.name if entry is not None else type(component).__name__
@@ -38,17 +38,18 @@ def aggregate_component(pipeline: Pipeline) -> str:
     return provider + (f" (wrapped by {', '.join(wrappers)})" if wrappers else "")
 
 
-def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], component: str) -> None:
-    """Every entry of ``state`` names an entry of ``model`` with the same shape, or an AggregateError."""
+def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], pipeline: Pipeline) -> None:
+    """Every entry of ``state`` names an entry of ``model`` with the same shape, or an AggregateError naming the
+    pipeline's aggregate component (looked up only then: the plugin catalogue stays out of the round)."""
     own = model.state_dict()
     unknown = sorted(set(state) - set(own))
     if unknown:
-        raise AggregateError(f"the aggregate from {component} names entries the global model does not have: "
-                             f"{unknown[:8]}")
+        raise AggregateError(f"the aggregate from {aggregate_component(pipeline)} names entries the global model "
+                             f"does not have: {unknown[:8]}")
     for k, v in state.items():
         if own[k].shape != v.shape:
-            raise AggregateError(f"the aggregate from {component}: entry {k!r} has shape {tuple(v.shape)}, the "
-                                 f"global model has {tuple(own[k].shape)}")
+            raise AggregateError(f"the aggregate from {aggregate_component(pipeline)}: entry {k!r} has shape "
+                                 f"{tuple(v.shape)}, the global model has {tuple(own[k].shape)}")
 
 
 def numeric_problem(state: Mapping[str, torch.Tensor]) -> str | None:

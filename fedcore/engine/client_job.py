@@ -8,7 +8,7 @@ the client's channel (what crossed it) and the traceback if the client failed.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import time
 import traceback
@@ -18,10 +18,13 @@ import attrs
 import torch
 
 from fedcore.contexts import RoundContext
+from fedcore.engine.job_rng import cohort_rng, job_torch_rng, seed_torch
 from fedcore.network import Channel, Transfer, send_entries
 from fedcore.runtime.meter import count_samples
 from fedcore.runtime.placement import Placement, training_precision
 from fedcore.types import ClientData, ClientFailed, ClientInfo, ClientState, ClientUpdate, Share
+
+__all__ = ["ClientJob", "JobResult", "cohort_problem", "run_cohort", "seed_torch"]
 
 if TYPE_CHECKING:
     from fedcore.pipeline import Hooks
@@ -35,7 +38,8 @@ class ClientJob:
     ``hooks`` (the pipeline's slots) are what the running side holds; ``placement`` is the run's device and
     precision (client training runs under its autocast); :func:`run_cohort` binds them
     where the job runs, so they never travel with it. :meth:`select_data` and :meth:`local_update`
-    call the pipeline's providers for this job (what the default cohort does).
+    call the pipeline's providers for this job (what the default cohort does); :meth:`trained` tells the
+    observers that the job's training finished.
     """
 
     client: ClientInfo
@@ -47,6 +51,8 @@ class ClientJob:
     placement: Placement | None = None
     dataset: Any = None
     hooks: Any = attrs.field(default=None, repr=False)
+    on_trained: Callable[[ClientJob, ClientUpdate | ClientFailed], None] | None = attrs.field(default=None,
+                                                                                             repr=False)
 
     @property
     def channel(self) -> Channel:
@@ -64,6 +70,24 @@ class ClientJob:
         return self.hooks.fedcore_local_update(client=self.client, share=self.share, data=data, state=self.state,
                                                ctx=self.ctx)
 
+    def trained(self, outcome: ClientUpdate | ClientFailed) -> None:
+        """Tell the observers (``fedcore_client_trained``) that this job's training finished, once.
+
+        A cohort calls it as each client (or each batch of clients) finishes, so that a progress display
+        follows the work; :func:`run_cohort` calls it for every job the cohort did not report.
+        """
+        if self.on_trained is not None:
+            self.on_trained(self, outcome)
+
+    @contextlib.contextmanager
+    def torch_rng(self) -> Iterator[torch.Generator]:
+        """This job's stream of torch's global generator: ``with job.torch_rng(): ...`` seeds the global generator
+        from ``ctx.seed_for("torch")`` inside a fork (code drawing without a generator, ``nn.Dropout``, is then
+        reproducible) and yields it. In a worker thread of the threads executor it yields a private generator
+        seeded the same way and leaves the global one alone (see :mod:`fedcore.engine.job_rng`)."""
+        with job_torch_rng(self.ctx.seed_for("torch")) as generator:
+            yield generator
+
 
 @attrs.frozen(kw_only=True, eq=False)
 class JobResult:
@@ -80,18 +104,6 @@ class JobResult:
     def rows(self) -> tuple[Transfer, ...]:
         """Everything the job's channel carried: download, per-batch traffic, upload."""
         return tuple(self.channel.rows)
-
-
-def seed_torch(seed: int) -> None:
-    """``torch.manual_seed``, minus its lazy per-device seeding calls when no accelerator is available.
-
-    Those calls format a stack trace per device type (~0.25 ms per client job, ~1% of a micro-model round);
-    without an accelerator only the CPU generator can ever be used, so seeding it alone is the same thing.
-    """
-    if torch.accelerator.is_available():
-        torch.manual_seed(seed)
-    else:
-        torch.random.default_generator.manual_seed(seed)
 
 
 def cohort_problem(jobs: Sequence[ClientJob], outcomes: Any) -> str | None:
@@ -114,18 +126,30 @@ def cohort_problem(jobs: Sequence[ClientJob], outcomes: Any) -> str | None:
 def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[JobResult]:
     """Train a cohort through ``fedcore_train_cohort`` and upload each update over its client's channel.
 
-    The torch global RNG is forked around the cohort, so client work never disturbs the caller's
-    random state (the default cohort seeds it per job from ``(seed, round, client)``). A cohort
-    provider that raises, or answers with the wrong shape, fails every job of the cohort; a
-    :class:`~fedcore.types.ClientFailed` entry fails one client.
+    The torch global RNG is forked around the cohort, so client work never disturbs the caller's random state
+    (the default cohort seeds it per job from ``(seed, round, client)``, :meth:`ClientJob.torch_rng`); in a worker
+    thread the executor keeps it instead (:mod:`fedcore.engine.job_rng`). A cohort provider that raises, or answers
+    with the wrong shape, fails every job of the cohort; a :class:`~fedcore.types.ClientFailed` entry fails one
+    client. Every job is reported to the ``fedcore_client_trained`` observers once: by the cohort as it finishes
+    (:meth:`ClientJob.trained`), else here when the cohort returns.
     """
     if not jobs:
         return []
-    jobs = [attrs.evolve(job, dataset=dataset, hooks=hooks) for job in jobs]
+    reported: set[int] = set()
+
+    def report(job: ClientJob, outcome: ClientUpdate | ClientFailed) -> None:
+        if job.client.id in reported:  # a client is dispatched at most once per wave
+            return
+        reported.add(job.client.id)
+        if isinstance(outcome, ClientUpdate) and outcome.client_id != job.client.id:
+            outcome = attrs.evolve(outcome, client_id=job.client.id)
+        hooks.fedcore_client_trained(client=job.client, outcome=outcome, ctx=job.ctx)
+
+    jobs = [attrs.evolve(job, dataset=dataset, hooks=hooks, on_trained=report) for job in jobs]
     start = time.perf_counter()
     works: list[dict[str, int]] = []
     try:
-        with torch.random.fork_rng(devices=[]), training_precision(jobs[0].placement), \
+        with cohort_rng(), training_precision(jobs[0].placement), \
                 contextlib.ExitStack() as meters:
             works = [meters.enter_context(count_samples(job.share.module)) for job in jobs]
             ctx = RoundContext(round=jobs[0].ctx.round, seed=jobs[0].ctx.seed, run=jobs[0].ctx.run)
@@ -137,6 +161,8 @@ def run_cohort(hooks: Hooks, jobs: Sequence[ClientJob], dataset: Any) -> list[Jo
         error = traceback.format_exc()
         outcomes = [ClientFailed(client_id=job.client.id, error=error) for job in jobs]
         works = works or [{} for _ in jobs]
+    for job, out in zip(jobs, outcomes):
+        job.trained(out)
     wall = (time.perf_counter() - start) / len(jobs)
     return [_upload(job, out, dict(work), wall) for job, out, work in zip(jobs, outcomes, works)]
 

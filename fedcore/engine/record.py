@@ -64,14 +64,14 @@ def aggregate(engine: Engine, ctx: RoundContext, arrived: list[ClientUpdate], ev
     if arrived:
         arrived.sort(key=lambda u: u.client_id)
         result: AggregateResult = engine.hooks.fedcore_aggregate(model=server.model, updates=arrived, ctx=ctx)
-        component = aggregate_component(engine.pipeline)
-        check_fit(server.model, result.state, component)
+        check_fit(server.model, result.state, engine.pipeline)
         problem = numeric_problem(result.state)
         if problem is None:
             load_entries(server.model, result.state)
             for cid, view in result.per_client.items():
                 server.client_views[int(cid)] = view
         else:  # keep the old model: one bad aggregate must not poison every later round
+            component = aggregate_component(engine.pipeline)
             fault = {"component": component, "problem": problem}
             failure = f"the aggregate from {component} was refused: {problem}"
         agg_metrics = dict(result.metrics)

@@ -23,6 +23,7 @@ import fedcore
 from fedcore.errors import ConfigError, FedcoreError
 from fedcore.experiment.config import _show, _type_name, tables
 from fedcore.hookspecs import SLOT_HOOKS
+from fedcore.models.lora import LoRAConfig, applies_model_lora, attach_lora
 from fedcore.pipeline import Pipeline
 from fedcore.recipes import get_recipe
 from fedcore.registry import Entry
@@ -40,11 +41,29 @@ def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return spec["name"], {k: v for k, v in spec.items() if k != "name"}
 
 
-def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
-    """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
+def _parameters(fn: Any) -> list[inspect.Parameter]:
     # misc: mypy calls __init__ on an instance unsound; here it is the class's own, only read for its signature
     target = fn.__init__ if isinstance(fn, type) else fn  # type: ignore[misc]
-    params = list(inspect.signature(target).parameters.values())
+    return list(inspect.signature(target).parameters.values())
+
+
+_PLAIN_TYPES = {"bool", "int", "float", "str", "list", "dict"}
+"""TOML's value types by Python name: an annotation listing several of them is checked against them."""
+
+
+def _annotated_types(fn: Any) -> dict[str, set[str]]:
+    """Per keyword parameter, the type names its annotation lists (``"bool | str"`` -> {"bool", "str"})."""
+    out: dict[str, set[str]] = {}
+    for p in _parameters(fn):
+        text = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", None)
+        if isinstance(text, str):
+            out[p.name] = {part.strip() for part in text.split("|")}
+    return out
+
+
+def factory_defaults(fn: Any) -> tuple[dict[str, Any], set[str], bool]:
+    """(defaults of keyword parameters, required ones, whether it takes ``**kwargs``) of a factory or class."""
+    params = _parameters(fn)
     if isinstance(fn, type):
         params = params[1:]  # self
     defaults, required, var_kw = {}, set(), False
@@ -63,6 +82,7 @@ def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str
     """Settings for a factory with unknown names, missing required ones and wrong types reported; returns
     the settings with the factory's plain defaults filled in (for the resolved config)."""
     defaults, required, var_kw = factory_defaults(fn)
+    annotated = _annotated_types(fn)
     allowed = sorted(set(defaults) | required)
     if not var_kw:
         unknown = [k for k in settings if k not in allowed]
@@ -75,6 +95,12 @@ def check_settings(fn: Any, settings: Mapping[str, Any], where: str) -> dict[str
         d = defaults.get(k)
         if d is None or v is None:
             continue
+        kinds = annotated.get(k, set()) - {"None"}
+        if len(kinds) > 1 and kinds <= _PLAIN_TYPES:  # a setting that takes several types (``pretrained: bool | str``)
+            if type(v).__name__ in kinds or isinstance(v, int) and not isinstance(v, bool) and "float" in kinds:
+                continue
+            raise ConfigError(f"{where}.{k} = {_show(v)} has type {_type_name(type(v))}; expected "
+                              f"{' or '.join(sorted(kinds))}")
         if isinstance(d, bool) or isinstance(v, bool):
             ok = isinstance(v, bool) == isinstance(d, bool)
         elif isinstance(d, float):
@@ -157,6 +183,8 @@ class Plan:
     dataset_settings: dict[str, Any]
     model: Entry
     model_settings: dict[str, Any]
+    lora: LoRAConfig | None = None
+    """``[model.lora]``: attached to the built model for the components that inject the adapters."""
     executor_class: type
     executor_settings: dict[str, Any]
     resolved: dict[str, Any]
@@ -205,6 +233,7 @@ def plan(given: Mapping[str, Any]) -> Plan:
     ds_settings = check_settings(ds_entry.obj, ds_settings, f"dataset {ds_name}")
     m_name, m_settings = split_spec(cfg["model"])
     m_entry = lookup("model", m_name)
+    lora = LoRAConfig.from_table(m_settings.pop("lora")) if "lora" in m_settings else None
     given_model = set(m_settings)
     m_settings = check_settings(m_entry.obj, m_settings, f"model {m_name}")
     if "head_seed" in m_settings and "head_seed" not in given_model:
@@ -219,13 +248,38 @@ def plan(given: Mapping[str, Any]) -> Plan:
         except ImportError as exc:
             raise ConfigError(f"output.tensorboard = true needs the tensorboard package ({exc}); "
                               f"pip install tensorboard") from None
+    if lora is not None and not any(applies_model_lora(c) for c in pipeline.components):
+        raise ConfigError("model.lora: no component of this pipeline applies LoRA adapters; use a LoRA recipe "
+                          "(recipe = \"fedlora\" or \"sa-fedlora\") or split = \"lora-share\"")
     resolved = dict(cfg)
     resolved["dataset"] = {"name": ds_name, **_plain(ds_settings)}
-    resolved["model"] = {"name": m_name, **_plain(m_settings)}
+    resolved["model"] = model_spec(m_name, m_settings, lora)
     resolved["executor"] = {"name": ex_name, **_plain(ex_settings)}
     resolved["pipeline"] = resolve_pipeline(cfg["pipeline"], pipeline)
     return Plan(config=cfg, pipeline=pipeline, dataset=ds_entry, dataset_settings=ds_settings, model=m_entry,
-                model_settings=m_settings, executor_class=ex_class, executor_settings=ex_settings, resolved=resolved)
+                model_settings=m_settings, lora=lora, executor_class=ex_class, executor_settings=ex_settings,
+                resolved=resolved)
+
+
+def model_spec(name: str, settings: Mapping[str, Any], lora: LoRAConfig | None) -> dict[str, Any]:
+    """The resolved ``model`` table: the factory's settings, then ``lora`` (``[model.lora]``) when given."""
+    spec = {"name": name, **_plain(settings)}
+    if lora is not None:
+        spec["lora"] = lora.as_table()
+    return spec
+
+
+def table_kwargs(cfg: Mapping[str, Any], train: Any, test: Any, num_clients: int | None = None) -> dict[str, Any]:
+    """Keyword arguments for :meth:`fedcore.Pipeline.run` from the config's extension tables (clock, profiles, ...)."""
+    out: dict[str, Any] = {}
+    context = {"seed": cfg["seed"], "num_clients": num_clients or cfg["num_clients"], "train": train, "test": test}
+    for name, ext in tables().items():
+        if name in cfg and ext.build is not None:
+            try:
+                out.update(ext.build(cfg[name], context))
+            except (TypeError, ValueError, FedcoreError) as exc:
+                raise ConfigError(f"{name}: {str(exc).splitlines()[0]}") from None
+    return out
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -251,19 +305,25 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def materialize(p: Plan) -> Materials:
-    """Load the dataset, build the model and the executor. Errors (a missing file, a bad value) are one line."""
-    cfg = p.config
+def load_data(p: Plan) -> tuple[Any, Any]:
+    """``(train, test)`` from the config's dataset factory; a missing file or a bad value is one line."""
     try:
         loaded = p.dataset.obj(**p.dataset_settings)
+    except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
+        raise ConfigError(fedcore.plugins.missing_library(p.dataset, exc)) from None
     except FileNotFoundError as exc:
         raise ConfigError(f"dataset {p.dataset.name}: file not found: {exc.filename or exc}") from None
     except (TypeError, ValueError, OSError, FedcoreError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"dataset {p.dataset.name}: {reason}") from None
-    train, test = loaded if isinstance(loaded, tuple) else (loaded, None)
+    return loaded if isinstance(loaded, tuple) else (loaded, None)
+
+
+def model_settings_for(p: Plan, train: Any) -> dict[str, Any]:
+    """The model factory's settings: the config's, with ``num_classes`` and ``classnames`` from the training set
+    unless the config gives them."""
     model_settings = dict(p.model_settings)
-    given = split_spec(cfg["model"])[1]
+    given = {k: v for k, v in split_spec(p.config["model"])[1].items() if k != "lora"}
     takes = factory_defaults(p.model.obj)[0]
     if "num_classes" in takes and "num_classes" not in given:
         classes = getattr(train, "num_classes", None) or len(getattr(train, "classes", []) or [])
@@ -271,14 +331,36 @@ def materialize(p: Plan) -> Materials:
             model_settings["num_classes"] = int(classes)  # the dataset's, unless the config says otherwise
     if "classnames" in takes and "classnames" not in given and getattr(train, "classes", None):
         model_settings["classnames"] = [str(c) for c in train.classes]  # a prompted model names the classes
-    if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
-        torch.set_num_threads(cfg["threads"])
-    seed_everything(cfg["seed"])
+    return model_settings
+
+
+def build_model(p: Plan, settings: Mapping[str, Any]) -> torch.nn.Module:
+    """The model from its factory, seeded with the run's seed; a bad setting is one line."""
+    seed_everything(p.config["seed"])
     try:
-        model = p.model.obj(**model_settings)
+        model = p.model.obj(**settings)
+    except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
+        raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
     except (TypeError, ValueError, FedcoreError) as exc:
         raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
-    p.resolved["model"] = {"name": p.model.name, **_plain(model_settings)}
+    if p.lora is not None:  # [model.lora] travels with the model to the component that injects it
+        attach_lora(model, p.lora)
+    return model
+
+
+def materialize(p: Plan) -> Materials:
+    """Load the dataset, build the model and the executor. Errors (a missing file, a bad value) are one line."""
+    cfg = p.config
+    train, test = load_data(p)
+    model_settings = model_settings_for(p, train)
+    if cfg["threads"] > 0:  # the thread count changes float reduction order: part of the fingerprint
+        torch.set_num_threads(cfg["threads"])
+    model = build_model(p, model_settings)
+    p.resolved["model"] = model_spec(p.model.name, model_settings, p.lora)
+    try:  # a dataset that makes model inputs per batch (hf images) takes the model's input config now
+        train, test = (d.for_model(model) if hasattr(d, "for_model") else d for d in (train, test))
+    except (TypeError, ValueError, FedcoreError) as exc:
+        raise ConfigError(f"dataset {p.dataset.name}: {str(exc).splitlines()[0]}") from None
     try:
         executor = p.executor_class(**p.executor_settings)
     except (TypeError, ValueError, FedcoreError) as exc:
@@ -286,13 +368,7 @@ def materialize(p: Plan) -> Materials:
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
                                       eval_every=cfg["eval_every"], device=cfg["device"],
                                       precision=cfg["precision"])
-    context = {"seed": cfg["seed"], "num_clients": cfg["num_clients"], "train": train, "test": test}
-    for name, ext in tables().items():
-        if name in cfg and ext.build is not None:
-            try:
-                run_kwargs.update(ext.build(cfg[name], context))
-            except (TypeError, ValueError, FedcoreError) as exc:
-                raise ConfigError(f"{name}: {str(exc).splitlines()[0]}") from None
+    run_kwargs.update(table_kwargs(cfg, train, test))
     if len(train) < cfg["num_clients"]:
         raise ConfigError(f"num_clients = {cfg['num_clients']} is more than the {len(train)} training samples of "
                           f"dataset {p.dataset.name}")

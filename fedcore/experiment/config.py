@@ -10,6 +10,8 @@
     precision = "fp32"                 # "fp32" | "bf16" | "fp16"
     dataset = { name = "digits" }      # a registered dataset and its settings (or just "digits")
     model = { name = "micro-cnn" }     # a registered model; num_classes defaults to the dataset's
+    # model = { name = "timm", arch = "deit_small_patch16_224", pretrained = true }   (docs/models.md)
+    # [model.lora] r = 8, alpha = 16, target_modules = ["qkv"], dropout = 0.0       (peft LoRA, docs/models.md)
 
     recipe = "fedv"                    # optional: a method's preset; [pipeline] slots replace or patch it
     [pipeline]                         # slots as in Pipeline.from_config, plus plugins = [...]
@@ -100,15 +102,48 @@ TOP_LEVEL: dict[str, Key] = {
     "precision": Key(kind=(str,), default="fp32", help="client training arithmetic: \"fp32\", \"bf16\" (autocast, "
                                                        "any device) or \"fp16\" (CUDA/MPS, loss scaling)"),
     "dataset": Key(kind=SPEC, help="registered dataset: \"digits\" or { name = \"digits\", ... }"),
-    "model": Key(kind=SPEC, help="registered model: \"micro-cnn\" or { name = \"micro-cnn\", ... }"),
+    "model": Key(kind=SPEC, help="registered model: \"micro-cnn\", { name = \"micro-cnn\", ... } or { name = "
+                                 "\"timm\", arch = \"deit_small_patch16_224\", pretrained = true }; [model.lora] "
+                                 "for peft LoRA (docs/models.md)"),
     "recipe": Key(kind=(str,), default=None, help="a method's registered recipe; [pipeline] slots replace or "
                                                   "patch its components (fedcore plugins lists recipes)"),
     "pipeline": Key(kind=(dict,), default={}, help="slot = component (partition, schedule, split, select, "
                                                    "local_update, aggregate, evaluate) and plugins = [...]"),
-    "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\" or { name = \"ray\", ... }"),
+    "executor": Key(kind=SPEC, default="inline", help="where client work runs: \"inline\", { name = \"threads\", "
+                    "workers = 2 } (a thread pool) or { name = \"ray\", ... }"),
     "checkpoint": Key(kind=(dict,), default={}, help="every = k rounds (0 = never), keep = n newest"),
     "output": Key(kind=(dict,), default={}, help="tensorboard = bool, save_model = bool"),
+    "plan": Key(kind=(dict,), default=None, help="the data's shape for fedcore plan and --smoke when the data is "
+                                                 "not on this machine: train, test, classes, input = [C, H, W]"),
 }
+
+PLAN_KEYS: dict[str, Key] = {
+    "train": Key(kind=(int,), low=1, help="training samples"),
+    "test": Key(kind=(int,), default=0, low=0, help="test samples"),
+    "classes": Key(kind=(int,), low=1, help="number of classes"),
+    "input": Key(kind=(list,), help="the shape of one input, e.g. [3, 224, 224]"),
+}
+"""The ``[plan]`` table: what a dry run and a smoke run need to know of a dataset that is not here (never read by
+the data loader, not part of the fingerprint: it changes no result)."""
+
+
+def check_plan_table(value: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in value if k not in PLAN_KEYS]
+    if unknown:
+        raise ConfigError(f"plan: unknown key {unknown[0]!r}; allowed: {allowed_line(PLAN_KEYS)}")
+    out = {}
+    for k, key in PLAN_KEYS.items():
+        if k not in value:
+            if key.default is REQUIRED:
+                raise ConfigError(f"plan: missing required key {k!r} ({key.help})")
+            out[k] = key.default
+            continue
+        out[k] = key.check(f"plan.{k}", value[k])
+    dims = out["input"]
+    if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise ConfigError(f"plan.input = {_show(dims)} must be a non-empty array of positive integers, "
+                          f"e.g. [3, 224, 224]")
+    return out
 
 TABLE_KEYS: dict[str, dict[str, Key]] = {
     "checkpoint": {"every": Key(kind=(int,), default=1, low=0), "keep": Key(kind=(int,), default=2, low=1)},
@@ -198,6 +233,8 @@ def validate(config: Mapping[str, Any], *, source: str = "config") -> dict[str, 
         for k, key in keys.items():
             filled[k] = key.check(f"{table}.{k}", given[k]) if k in given else copy.deepcopy(key.default)
         out[table] = filled
+    if out.get("plan") is not None:
+        out["plan"] = check_plan_table(out["plan"])
     for name, ext in extensions.items():
         if name in out and ext.check is not None:
             ext.check(out[name], name)

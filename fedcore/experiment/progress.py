@@ -2,11 +2,13 @@
 
 The display learns about rounds from the engine's ``on_round`` callback and about finished clients
 from :class:`ProgressObserver`, a component the runner adds to the pipeline it runs (never to the
-manifest): it wraps the local-update slot, so it ticks as each client finishes, in this process.
+manifest): it observes ``fedcore_client_trained``, so it ticks as each client (or each vectorised batch of
+clients) finishes, in this process, without wrapping the local update (a wrapper would stop the
+``vectorised`` cohort from vectorising).
 """
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 import os
 import sys
 import time
@@ -18,7 +20,7 @@ if TYPE_CHECKING:  # rich is imported only when the live display starts
     from rich.progress import Progress, TaskID
 
     from fedcore.contexts import RoundContext
-    from fedcore.types import ClientInfo, ClientUpdate
+    from fedcore.types import ClientFailed, ClientUpdate
 
 MODES = ("auto", "rich", "plain", "none")
 
@@ -47,7 +49,7 @@ def accuracy_key(row: Mapping[str, Any]) -> str | None:
 
 
 class ProgressObserver:
-    """Tells a display when a round starts and when each client's local update returns."""
+    """Tells a display when a round starts and when each client's training finishes (failed clients do not count)."""
 
     def __init__(self, display: RunProgress | None) -> None:
         self._display = display
@@ -60,12 +62,12 @@ class ProgressObserver:
         if self._display is not None:
             self._display.round_started(ctx.round)
 
-    @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, client: ClientInfo) -> Generator[None, ClientUpdate, ClientUpdate]:
-        result = yield
-        if self._display is not None:
+    @fedcore.hookimpl
+    def fedcore_client_trained(self, outcome: ClientUpdate | ClientFailed) -> None:
+        from fedcore.types import ClientFailed
+
+        if self._display is not None and not isinstance(outcome, ClientFailed):
             self._display.client_finished()
-        return result
 
 
 class RunProgress:

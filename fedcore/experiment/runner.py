@@ -6,6 +6,7 @@ built *before* the run directory is touched, so a bad config leaves nothing behi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import copy
 import datetime as _dt
 import math
 import os
@@ -52,6 +53,8 @@ def default_out(name: str, root: str | Path = "runs") -> Path:
 
 
 def manifest(m: Materials, pipeline: Pipeline, *, resumed_from: str | None = None) -> dict[str, Any]:
+    """What ran: the pipeline, seed, data, versions. ``decided`` (added as rounds finish) holds the choices the run
+    made at run time and repeats on resume (``RunContext.settings``: the vectorised cohort's ``on_cpu = "auto"``)."""
     return {
         "name": m.resolved["name"], "seed": m.resolved["seed"], "fingerprint": m.plan.fingerprint,
         "pipeline": pipeline.describe(), "dataset": m.resolved["dataset"], "model": m.resolved["model"],
@@ -121,12 +124,18 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     given = user_pipeline.components[:len(user_pipeline.components) - n_defaults]
     observer = ProgressObserver(display if display.mode != "none" else None)
     running = Pipeline([observer, *given])
-    rd.write_manifest(manifest(m, user_pipeline, resumed_from=resumed_from))
+    written = manifest(m, user_pipeline, resumed_from=resumed_from)
+    rd.write_manifest(written)
     tb = TensorBoardLog(rd.tensorboard, purge_step=start_round + 1 if resume is not None else None) \
         if cfg["output"]["tensorboard"] else None
 
     def after_round(record: dict[str, Any]) -> None:
+        nonlocal written
         rd.append_row(record)
+        decided = engine.run_ctx.settings
+        if decided and decided != written.get("decided"):
+            written = {**written, "decided": copy.deepcopy(decided)}
+            rd.write_manifest(written)
         if tb is not None:
             tb.add(record)
         display.round_done(record)

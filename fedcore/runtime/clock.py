@@ -189,7 +189,11 @@ class SimClock(ClockBase):
         return self.profile_of(client).availability
 
     def cost(self, client: ClientInfo, share: Share) -> ShareCost:
-        return self.model.cost(share, self._example(client))
+        return self.model.cost(share, self.example(client))
+
+    def example(self, client: ClientInfo) -> torch.Tensor:
+        """The cost model's probe: the first ``example_samples`` of the client's own training inputs."""
+        return self._example(client)
 
     def memory_needed(self, client: ClientInfo, share: Share) -> dict[str, int]:
         return self.cost(client, share).memory_breakdown(batch_size=self.batch_size or 32,
@@ -225,7 +229,8 @@ class SimClock(ClockBase):
             compute *= float(numpy_generator(self._seed(), "jitter", round, client.id).lognormal(0.0, profile.jitter))
         down = sum(r.nbytes for r in result.rows if r.direction == "down")
         up = sum(r.nbytes for r in result.rows if r.direction == "up")
-        comm = 8.0 * down / profile.down_bps + 8.0 * up / profile.up_bps + len(result.rows) * profile.latency_s
+        messages = sum(r.messages for r in result.rows)  # a dry run books n equal messages as one row
+        comm = 8.0 * down / profile.down_bps + 8.0 * up / profile.up_bps + messages * profile.latency_s
         for key, value in (("compute_s", compute), ("comm_s", comm), ("flops", flops)):
             self._round[key] = self._round.get(key, 0.0) + value
         return compute + comm

@@ -6,11 +6,19 @@ small batch of the client's own data; the result per sample is cached per distin
 shape), so a run pays for it once per shape. Backward cost follows what autograd really does:
 frozen weights get no weight gradients, so a LoRA or prompt share costs less than a whole model.
 Activation memory is the bytes autograd saves for backward (``saved_tensors_hooks``), parameters
-excluded. CPU fused attention is not in torch's FLOP registry; its formula is added here.
+excluded, measured at the probe's batch and at one sample, so what does not grow with the batch (a text tower over
+every class name, a prompt's token embeddings) is counted once. CPU fused attention is not in torch's FLOP registry;
+its formula is added here.
+
+The same measurement runs on the meta device (a dry run, ``fedcore plan``): shapes alone decide FLOPs and saved
+bytes, saved tensors are told apart by their storage (not its address, which is 0 for every meta tensor) and
+attention takes the kernel the CPU would take (:mod:`fedcore.runtime.meta_kernels`), so a meta measurement equals
+the measurement on real tensors of the same shapes.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import contextlib
 import copy
 import functools
 import hashlib
@@ -41,8 +49,20 @@ def _cpu_sdpa_backward(grad_out_shape: Sequence[int], query_shape: Sequence[int]
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def _native_mha(query_shape: Sequence[int], key_shape: Sequence[int], value_shape: Sequence[int], embed_dim: int,
+                num_head: int, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """``nn.MultiheadAttention``'s fused fast path (eval mode, no autograd): in-projections, attention, out-projection.
+
+    Not in torch's FLOP registry, so a frozen tower that takes the fast path (CLIP's) would count nothing."""
+    batch, nq, e = (int(d) for d in query_shape)
+    nk = int(key_shape[1])
+    projections = 2 * batch * e * e * (nq + 2 * nk + nq)  # q, k, v in; out
+    attention = 4 * batch * nq * nk * e  # q @ k^T and attn @ v over all heads
+    return projections + attention
+
+
 def _extra_formulas() -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
+    out: dict[Any, Any] = {aten._native_multi_head_attention: _native_mha}
     if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
         out[aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_sdpa
         out[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_sdpa_backward
@@ -62,18 +82,23 @@ class ShareCost:
     param_bytes: int  # every parameter and buffer the client holds
     trainable_bytes: int  # trainable parameters (gradients have the same size)
     activation_bytes: float  # saved for backward, per sample
+    activation_fixed_bytes: float = 0.0  # saved for backward whatever the batch (a text tower over every class name)
+
+    def activations(self, batch_size: int) -> int:
+        return int(self.activation_fixed_bytes + self.activation_bytes * batch_size)
 
     def memory_bytes(self, *, batch_size: int, optimizer_slots: int) -> int:
         """Parameters + gradients + optimizer state (``slots`` tensors per trainable parameter) + activations."""
-        return int(self.param_bytes + self.trainable_bytes * (1 + optimizer_slots) + self.activation_bytes * batch_size)
+        return int(self.param_bytes + self.trainable_bytes * (1 + optimizer_slots)) + self.activations(batch_size)
 
     def memory_breakdown(self, *, batch_size: int, optimizer_slots: int) -> dict[str, int]:
         return {"params": self.param_bytes, "grads": self.trainable_bytes,
-                "optimizer": self.trainable_bytes * optimizer_slots,
-                "activations": int(self.activation_bytes * batch_size)}
+                "optimizer": self.trainable_bytes * optimizer_slots, "activations": self.activations(batch_size)}
 
 
 def _digest(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_meta:  # a dry run's share: shapes only
+        return ("tensor", tuple(value.shape), str(value.dtype), "meta")
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         raw = (t.float() if t.dtype == torch.bfloat16 else t).numpy().tobytes()  # numpy has no bfloat16
@@ -106,37 +131,65 @@ def _tensor_leaves(out: Any) -> list[torch.Tensor]:
     return []
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """Which storage a tensor views: the same number for every view of one live storage, on any device
+    (``data_ptr`` is 0 for every meta tensor)."""
+    return int(t.untyped_storage()._cdata)
+
+
 def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
-    """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch)."""
+    """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch).
+
+    ``module`` and ``example`` may live on the meta device: the counts are the same as on real tensors."""
     from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
+
+    from fedcore.runtime.meta_kernels import cpu_attention
 
     batch = int(example.shape[0])
     work = copy.deepcopy(module)
     work.train()
     formulas = _extra_formulas()
-    param_ptrs = {p.untyped_storage().data_ptr() for p in work.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs:
-            saved[ptr] = max(saved.get(ptr, 0), t.untyped_storage().nbytes())
-        return t
-
-    with torch.random.fork_rng(devices=[]):
+    param_keys = {storage_key(p) for p in work.parameters()}
+    kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), kernels:
         torch.manual_seed(0)
         with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
             work(example)
         with FlopCounterMode(display=False, custom_mapping=formulas) as full:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = work(example)
-            leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
-            if leaves:
-                functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
+            total = saved_bytes(work, example, param_keys)
+        per_sample, fixed = total / batch, 0.0
+        if batch >= 2:  # a one-sample pass separates what grows with the batch from what does not
+            try:
+                one = saved_bytes(work, example[:1], param_keys)
+            except (RuntimeError, ValueError):  # batch norm cannot train on one sample of a 1x1 map: stay linear
+                one = None
+            slope = (total - one) / (batch - 1) if one is not None else -1.0
+            if one is not None and 0 <= slope <= one:
+                per_sample, fixed = slope, one - slope
     params = sum(t.numel() * t.element_size() for t in list(work.parameters()) + list(work.buffers()))
     trainable = sum(p.numel() * p.element_size() for p in work.parameters() if p.requires_grad)
     return ShareCost(forward_flops=fwd.get_total_flops() / batch, train_flops=full.get_total_flops() / batch,
-                     param_bytes=params, trainable_bytes=trainable, activation_bytes=sum(saved.values()) / batch)
+                     param_bytes=params, trainable_bytes=trainable, activation_bytes=per_sample,
+                     activation_fixed_bytes=fixed)
+
+
+def saved_bytes(module: nn.Module, example: torch.Tensor, param_keys: set[int]) -> int:
+    """Bytes autograd saves for backward in one forward of ``module`` on ``example`` (distinct storages, no
+    parameters); the backward runs too, to free the graph."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = storage_key(t)
+        if key not in param_keys:
+            saved[key] = max(saved.get(key, 0), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = module(example)
+    leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
+    if leaves:
+        functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
+    return sum(saved.values())
 
 
 class CostModel:

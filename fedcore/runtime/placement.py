@@ -120,14 +120,18 @@ class Placement:
         if dataset is None or self.torch_device.type == "cpu":
             return dataset
         from fedcore.data.arrays import ArrayDataset
+        from fedcore.data.images import ImageDataset
 
+        if isinstance(dataset, ImageDataset):  # compact images move as they are, made into inputs per batch
+            return dataset.to(self.torch_device)
         if not isinstance(dataset, ArrayDataset):
             items = [dataset[i] for i in range(len(dataset))]
             classes = getattr(dataset, "classes", None)
             dataset = ArrayDataset(torch.stack([torch.as_tensor(x) for x, _ in items]),
                                    torch.as_tensor([int(y) for _, y in items]),
                                    [str(c) for c in classes] if classes else None)
-        return ArrayDataset(dataset.x.to(self.torch_device), dataset.y.to(self.torch_device), dataset.classes)
+        return ArrayDataset(dataset.x.to(self.torch_device), dataset.y.to(self.torch_device), dataset.classes,
+                            columns=getattr(dataset, "columns", None))
 
 
 _ACTIVE: contextvars.ContextVar[Placement | None] = contextvars.ContextVar("fedcore_placement", default=None)

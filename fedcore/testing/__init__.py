@@ -1,4 +1,5 @@
-"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder.
+"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder, and
+:func:`heavy_imports` (registering a plugin imports no heavy library).
 
 A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
 """
@@ -8,6 +9,11 @@ from fedcore.testing.contracts import (
     SLOT_CHECKS,
     checks_for,
     parametrize_with_checks,
+)
+from fedcore.testing.executor import (
+    EXECUTOR_CHECKS,
+    check_executor_gives_inline_history,
+    check_executor_resumes_to_inline_history,
 )
 from fedcore.testing.fixtures import (
     CHECK_FIXTURE,
@@ -21,10 +27,13 @@ from fedcore.testing.fixtures import (
     tiny_model,
     tiny_vit,
 )
+from fedcore.testing.light_import import HEAVY_LIBRARIES, heavy_imports
 from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
-    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "GENERIC_CHECKS", "HookRecorder", "SLOT_CHECKS",
-    "build_engine", "checks_for", "parametrize_registered", "parametrize_with_checks", "plan_for", "round_context",
-    "run_tiny_pipeline", "tiny_bn_model", "tiny_data", "tiny_model", "tiny_vit",
+    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "EXECUTOR_CHECKS", "GENERIC_CHECKS",
+    "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "build_engine", "check_executor_gives_inline_history",
+    "check_executor_resumes_to_inline_history", "checks_for", "heavy_imports", "parametrize_registered",
+    "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_bn_model", "tiny_data",
+    "tiny_model", "tiny_vit",
 ]

@@ -19,7 +19,7 @@ SCHEDULES = {
 
 
 def config_text(schedule: str, *, rounds: int = 8, faults: str = "dropout_during = 0.2\nlost_upload = 0.1",
-                name: str = "battery", epochs: int = 6) -> str:
+                name: str = "battery", epochs: int = 6, executor: str = '"inline"') -> str:
     """A small run on synthetic data with simulated devices, faults and a checkpoint every round."""
     return textwrap.dedent(f"""\
         name = "{name}"
@@ -28,6 +28,7 @@ def config_text(schedule: str, *, rounds: int = 8, faults: str = "dropout_during
         seed = 11
         dataset = {{ name = "synthetic", n = 480, n_test = 120, noise = 1.5 }}
         model = {{ name = "tiny-mlp", hidden = 32 }}
+        executor = {executor}
 
         [pipeline]
         partition = {{ name = "dirichlet", alpha = 0.5, min_size = 20 }}

@@ -2,8 +2,9 @@
 
 This is the suite's kill/resume harness: one killed run per scheduler. The sync case also tears the newest
 checkpoint before the resume (a write cut short), which the resume must skip with a note, falling back to the one
-before (formerly tests/test_cli_resume.py, its own killed run).
-"""
+before (formerly tests/test_cli_resume.py, its own killed run). The one-kill cases run the killed run on the threads
+executor (its waves train in a thread pool) and compare it with the inline reference, so they also check that a
+threaded run checkpoints and resumes to the inline history; the repeated-kill cases stay inline."""
 import random
 import shutil
 
@@ -19,14 +20,17 @@ pytestmark = pytest.mark.integration  # every case kills a real `fedcore run` pr
 ROUNDS = 8
 
 
-def reference(tmp_path, schedule):
+def reference(tmp_path, schedule, executor='"inline"'):
+    """The inline run (in this process), and the config the killed runs use (``executor`` for them)."""
     config = tmp_path / f"{schedule}.toml"
     config.write_text(config_text(schedule, rounds=ROUNDS))
     ref = tmp_path / "reference"
     assert main(["run", str(config), "--out", str(ref), "--progress", "none"]) == 0
     rows = rows_of(ref)
     assert len(rows) == ROUNDS and any(r.get("dropout") or r.get("lost") for r in rows)  # the faults happened
-    return config, ref, rows
+    killed = tmp_path / f"{schedule}-killed.toml"
+    killed.write_text(config_text(schedule, rounds=ROUNDS, executor=executor))
+    return killed, ref, rows
 
 
 def same_model(a, b):
@@ -84,7 +88,7 @@ def kill_and_resume(config, run_dir, rng, kills, tear=False):
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_one_kill_at_a_seeded_moment_then_resume_is_the_uninterrupted_run(tmp_path, capsys, schedule):
-    config, ref, expected = reference(tmp_path, schedule)
+    config, ref, expected = reference(tmp_path, schedule, executor='{ name = "threads", workers = 2 }')
     capsys.readouterr()
     run_dir = tmp_path / "killed"
     # sync's seeded moment is after 5 of 8 rows: two checkpoints on disk (keep = 2), so the newest can be torn

@@ -115,3 +115,34 @@ def test_two_distributions_registering_one_name_are_both_named(tmp_path, capsys,
     config.write_text(GOOD + '[pipeline]\naggregate = "shared-agg"\n')
     line = refused(capsys, ["run", str(config)], tmp_path / "run", code=1)
     assert "'shared-agg'" in line and "fc-one" in line and "fc-two" in line
+
+
+LAZY = ("import fedcore\nfrom fedcore.builtin import FedAvg\n\n"
+        "def lazy_model(*, width: int = 4):\n"
+        "    \"\"\"A model whose library is imported where it is built, as docs/plugins.md asks.\"\"\"\n"
+        "    import fc_missing_lib  # not installed\n"
+        "    return fc_missing_lib.build(width)\n\n"
+        "class LazyMean(FedAvg):\n    \"\"\"Imports its library where it aggregates.\"\"\"\n\n"
+        "    @fedcore.hookimpl\n    def fedcore_aggregate(self, model, updates, ctx):\n"
+        "        import fc_missing_lib  # not installed\n        return fc_missing_lib.mean(updates)\n\n"
+        "@fedcore.hookimpl\ndef fedcore_register_components(registry):\n"
+        "    registry.add_model('lazy-net', lazy_model)\n    registry.add('lazy-mean', LazyMean)\n")
+
+
+def test_a_plugin_whose_library_is_missing_registers_and_fails_in_one_line_when_built(tmp_path, capsys, installed):
+    """Registration stays light, so a plugin registers even when a library it builds with is missing: describing
+    its model works (settings come from the signature) and building it is one line naming the plugin and cause."""
+    fake_distribution(installed, "fc-lazy", "lazy", "fc_lazy_mod", LAZY)
+    fedcore.plugins.refresh()
+    assert next(p for p in fedcore.list_plugins() if p.name == "lazy").ok
+    assert main(["describe", "lazy-net"]) == 0
+    assert "width" in capsys.readouterr().out
+    config = tmp_path / "c.toml"
+    config.write_text(GOOD.replace('model = "tiny-mlp"', 'model = "lazy-net"'))
+    line = refused(capsys, ["run", str(config)], tmp_path / "run")
+    assert "model 'lazy-net' of plugin 'lazy' (fc-lazy 1.0) cannot be built" in line, line
+    assert line.endswith("ModuleNotFoundError: No module named 'fc_missing_lib'"), line
+    config.write_text(GOOD + '[pipeline]\naggregate = "lazy-mean"\n')  # missing only once round 1 aggregates
+    assert main(["run", str(config), "--out", str(tmp_path / "r2"), "--progress", "none"]) == 1
+    assert capsys.readouterr().err == ("fedcore: error: ModuleNotFoundError: No module named 'fc_missing_lib' "
+                                       "(imported by fc_lazy_mod of plugin 'lazy' (fc-lazy 1.0))\n")

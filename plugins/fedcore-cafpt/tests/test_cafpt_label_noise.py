@@ -19,7 +19,7 @@ from fedcore_promptfl import promptfl_pipeline
 CONFIG = {
     "name": "cell", "seed": 3, "rounds": 2, "num_clients": 3, "threads": 1, "recipe": "cafpt",
     "dataset": {"name": "clip.shapes", "n_train_per_class": 12, "n_test_per_class": 2, "num_classes": 6},
-    "model": {"name": "prompted-clip", "n_ctx": 4},
+    "model": {"name": "open_clip", "n_ctx": 4},
     "label_noise": {"rho": 0.5},
     "pipeline": {"partition": {"shots": 1, "classes_per_client": 2, "pool_multiplier": 4},
                  "select": {"shots": 1, "pvi_epochs": 1, "lr": 0.01, "save_scores": False},

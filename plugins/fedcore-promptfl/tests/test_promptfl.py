@@ -39,7 +39,7 @@ def test_runs_by_name_from_a_config():
     pipe = fedcore.Pipeline.from_config(cfg)
     assert pipe.describe()["slots"]["local_update"] == "promptfl"
     train, test = data()
-    model = fedcore.plugins.registry().get("prompted-clip", kind="model").obj(classnames=train.classes, n_ctx=4)
+    model = fedcore.plugins.registry().get("open_clip", kind="model").obj(classnames=train.classes, n_ctx=4)
     res = pipe.run(model=model, train=train, test=test, num_clients=3, rounds=1, seed=0)
     assert res.ledger.total(direction="up") == 3 * 4 * 64 * 4
 
@@ -79,3 +79,13 @@ def test_finetune_and_scratch_baselines_send_the_whole_tower():
         model=prompted_clip(bb, train.classes, n_ctx=16), train=train, test=test, num_clients=3, rounds=1, seed=0)
     assert res.ledger.total(direction="up") / prompt.ledger.total(direction="up") == pytest.approx(
         sum(p.numel() for p in ft.parameters()) / (16 * 64), rel=0.01)
+
+
+def test_the_baseline_classifier_builds_on_the_meta_device():
+    """``clip-image-classifier`` with a ViT-B-16 tower, built without weights or memory (the planner's counts): the
+    image tower (86.19M) plus a 10-class head over its 512-d embedding."""
+    factory = fedcore.plugins.lookup("clip-image-classifier", kind="model").obj
+    with torch.device("meta"):
+        model = factory(num_classes=10, arch="ViT-B-16", init="scratch")
+    assert sum(p.numel() for p in model.parameters()) == 86_192_640 + 512 * 10 + 10
+    assert {p.device.type for p in model.parameters()} == {"meta"}

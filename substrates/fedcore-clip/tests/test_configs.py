@@ -1,4 +1,4 @@
-"""What a config can name: prompted-clip with fedcore's pre-trained tiny CLIP or open_clip weights, clip.shapes."""
+"""What a config can name: open_clip with fedcore's pre-trained tiny CLIP or open_clip weights, clip.shapes."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ rounds = 2
 num_clients = 3
 recipe = "promptfl"
 dataset = {{ name = "clip.shapes", n_train_per_class = 4, n_test_per_class = 2, num_classes = 6 }}
-model = {{ name = "prompted-clip", n_ctx = 4, {model} }}
+model = {{ name = "open_clip", n_ctx = 4, {model} }}
 [pipeline]
 local_update = {{ epochs = 1, lr = 0.02 }}
 [checkpoint]
@@ -66,12 +66,17 @@ def test_open_clip_tags_give_one_clear_error(tmp_path, monkeypatch, capsys):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network: fail fast, as here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
     code, err, _ = _run(tmp_path, "c", 'arch = "RN50", pretrained = "nope"', capsys)
     assert code == 2 and err.count("\n") == 1
     assert "pretrained = 'nope' is neither a tag of open_clip architecture 'RN50' (openai, yfcc15m, cc12m)" in err
-    with pytest.raises(Exception, match=r"open_clip weights RN50/openai are not available here") as info:
+    with pytest.raises(Exception, match=r"weights RN50/openai of open_clip are neither cached nor reachable") as info:
         load_clip("RN50", "openai")
     assert "\n" not in str(info.value)
+    assert f"looked in the Hugging Face hub cache {tmp_path / 'hub'} for timm/resnet50_clip.openai" in str(info.value)
+    with pytest.raises(Exception, match=r"the weights file .*missing.safetensors does not exist") as info:
+        load_clip("RN50", str(tmp_path / "missing.safetensors"))
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
     with pytest.raises(Exception, match="fedcore's own fedcore-tiny-clip; got arch = 'RN50'"):
         load_clip("RN50", "fedcore-digits")
 
@@ -82,7 +87,7 @@ def test_shapes_data_set_and_classnames_required():
     assert len(train) == 8 and len(test) == 4 and int(train.y.max()) == 3
     with pytest.raises(ValueError, match="num_classes = 31; choose 1..30"):
         shapes(num_classes=31)
-    with pytest.raises(Exception, match="prompted-clip needs classnames"):
+    with pytest.raises(Exception, match="open_clip needs classnames"):
         prompted_clip_model()
 
 
@@ -92,7 +97,7 @@ def _built(seed: int, **model):
     cfg = load_config(None, base={
         "seed": seed, "rounds": 1, "num_clients": 3, "recipe": "promptfl",
         "dataset": {"name": "clip.shapes", "n_train_per_class": 2, "n_test_per_class": 1, "num_classes": 3},
-        "model": {"name": "prompted-clip", "n_ctx": 4, **model}})
+        "model": {"name": "open_clip", "n_ctx": 4, **model}})
     planned = plan(cfg)
     m = materialize(planned)
     assert m.resolved["model"]["head_seed"] == planned.resolved["model"]["head_seed"]
@@ -125,7 +130,7 @@ def test_a_zero_learning_rate_leaves_the_prompt_at_its_initialisation(tmp_path, 
         cfg = load_config(None, base={
             "seed": 2, "rounds": 2, "num_clients": 3, "recipe": "promptfl",
             "dataset": {"name": "clip.shapes", "n_train_per_class": 4, "n_test_per_class": 2, "num_classes": 6},
-            "model": {"name": "prompted-clip", "n_ctx": 4}, "pipeline": {"local_update": {"lr": lr, "epochs": 1}}})
+            "model": {"name": "open_clip", "n_ctx": 4}, "pipeline": {"local_update": {"lr": lr, "epochs": 1}}})
         m = materialize(plan(cfg))
         start = m.model.prompt.ctx.detach().clone()
         res = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, **m.run_kwargs)

@@ -173,6 +173,30 @@ def test_ledger_counts_exactly_the_lora_share():
     assert all(torch.equal(result.model.state_dict()[k], v) for k, v in frozen.items())  # backbone frozen
 
 
+def test_every_client_reads_the_one_frozen_backbone_and_trains_its_own_factors():
+    """The share copies what the client trains (factors, head); the frozen backbone is the global model's own."""
+    from fedcore_lora import lora_share
+
+    model = lora_vit()
+    one, two = (lora_share(model, c, None) for c in (0, 1))
+    backbone = {k for k, p in model.named_parameters() if not p.requires_grad and not k.startswith("head.")}
+    assert backbone and {k for k in one.upload} & backbone == set()
+    for share in (one, two):
+        own = dict(share.module.named_parameters())
+        assert all(own[k] is p for k, p in model.named_parameters() if k in backbone)  # not a copy: the same tensor
+        assert all(own[k] is not p for k, p in model.named_parameters() if k in share.upload)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = torch.randn(6, 1, 8, 8), torch.randint(0, 4, (6,))
+    opt = torch.optim.SGD([p for p in one.module.parameters() if p.requires_grad], lr=0.5)
+    one.module.train()
+    torch.nn.functional.cross_entropy(one.module(x), y).backward()
+    opt.step()
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the global model is untouched
+    mine, other = one.module.state_dict(), two.module.state_dict()
+    assert any(not torch.equal(mine[k], other[k]) for k in one.upload)  # only the trained client moved
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_lora_share_without_adapters_is_a_clear_error():
     train, test = tiny_data(n=30, n_test=10)
     result = fedcore.Pipeline([LoRAShare()]).run

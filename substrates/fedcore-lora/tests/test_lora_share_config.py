@@ -56,6 +56,7 @@ def test_injection_is_seeded_and_needs_a_rank():
     assert current_rank(a) == 3 and all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in adapter_keys(a))
     torch.manual_seed(0)
     bare = micro_vit(num_classes=4, embed_dim=16, depth=1, num_heads=2)
-    with pytest.raises(fedcore.ConfigError, match=r"has no LoRA adapters; set LoRAShare.rank"):
+    with pytest.raises(fedcore.ConfigError,
+                       match=r"has no LoRA adapters; give the model a \[model.lora\] table .* or set LoRAShare.rank"):
         fedcore.Pipeline([LoRAShare()]).run(model=bare, train=full.subset(range(40)), test=full.subset(range(40, 60)),
                                             num_clients=2, rounds=1, seed=0)

@@ -14,6 +14,7 @@ import torch
 
 from fedcore_cos2p.budgets import ClientBudget
 from fedcore_cos2p.masks import PARTS, binarize, initial_logits, kept_indices
+from fedcore_cos2p.share import tie_break_scores
 from fedcore_pruning import (
     PrunableViT,
     SubmodelSpec,
@@ -35,10 +36,8 @@ def cos2p_spec(shape: ViTShape, budget: float, start: int, seed: int = 0) -> Sub
     probabilities with seeded random tie-breaks (so the pruning spreads over the held blocks as learned masks do)."""
     plan = ClientBudget.plan(shape, budget)
     blocks = start + plan.window
-    gen = torch.Generator().manual_seed(seed)
     probs = {p: t[:blocks] * 0 + 0.9 for p, t in initial_logits(shape, 0.0).items()}
-    scores = {p: torch.rand(t.shape, generator=gen) for p, t in probs.items()}
-    masks = binarize(probs, shape, plan.width, scores=scores)
+    masks = binarize(probs, shape, plan.width, scores=tie_break_scores(shape, blocks, seed))
     kept = {p: [list(kept_indices(masks[p][b])) for b in range(blocks)] for p in PARTS}
     return SubmodelSpec.build(shape, window_start=start, window_length=plan.window,
                               heads=kept["heads"], hidden=kept["hidden"], attn_out=kept["attn_out"],

@@ -63,6 +63,13 @@ def weight_scores(state: Mapping[str, torch.Tensor], shape: ViTShape, blocks: in
             "mlp_out": per("mlp.fc2.weight")}
 
 
+def tie_break_scores(shape: ViTShape, blocks: int, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded random tie-breaks for equal mask probabilities, so the pruning spreads over the held blocks as learned
+    masks do: what the cost report uses, and a dry run, whose global model has no weights to score (meta)."""
+    gen = torch.Generator().manual_seed(seed)
+    return {p: torch.rand((blocks, t.shape[1]), generator=gen) for p, t in initial_logits(shape, 0.0).items()}
+
+
 @attrs.frozen(eq=False, kw_only=True)
 class Cos2pShare:
     """Rolling depth window plus structured width per client, sized by the client's resource budget R_n."""
@@ -115,7 +122,7 @@ class Cos2pShare:
         return random_masks(shape, width, parts, gen)
 
     def kept_sets(self, shape: ViTShape, plan: ClientBudget, blocks: int, round: int, state: ClientState,
-                  global_state: Mapping[str, torch.Tensor], fixed: Mapping[str, torch.Tensor]
+                  global_state: Mapping[str, torch.Tensor], fixed: Mapping[str, torch.Tensor], seed: int = 0
                   ) -> tuple[str, dict[str, list[list[int]]]]:
         """The phase and the kept units per part and held block, in global indices."""
         if self.width != "learned":
@@ -134,7 +141,9 @@ class Cos2pShare:
         logits = {p: state.tensors.get(LOGITS + p, initial_logits(shape, self.mask_init)[p]) for p in PARTS}
         check_logits(logits, shape)
         probs = {p: torch.sigmoid(logits[p][:blocks].float()) for p in PARTS}
-        masks = binarize(probs, shape, plan.width, scores=weight_scores(global_state, shape, blocks),
+        meta = next(iter(global_state.values())).is_meta  # a dry run: shapes only, no weights to score
+        scores = tie_break_scores(shape, blocks, seed) if meta else weight_scores(global_state, shape, blocks)
+        masks = binarize(probs, shape, plan.width, scores=scores,
                          fixed={p: m[:blocks] for p, m in fixed.items()}, inputs=self.budget_counts_inputs,
                          residual=self.residual_masks)
         return "weight", {p: [list(kept_indices(masks[p][b])) for b in range(blocks)] for p in PARTS}
@@ -157,7 +166,7 @@ class Cos2pShare:
         global_state = model.state_dict()
         seed = ctx.run.seed if ctx.run is not None else ctx.seed
         fixed = self.fixed_masks(shape, plan.width, seed, client.id)
-        phase, kept = self.kept_sets(shape, plan, blocks, q, state, global_state, fixed)
+        phase, kept = self.kept_sets(shape, plan, blocks, q, state, global_state, fixed, seed)
         offsets = plan.offsets if self.depth == "window" else (shape.depth,)
         spec = SubmodelSpec.build(shape, window_start=start, window_length=length,
                                   heads=kept["heads"], hidden=kept["hidden"], attn_out=kept["attn_out"],

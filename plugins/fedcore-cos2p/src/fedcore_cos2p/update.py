@@ -10,7 +10,8 @@ Exits never leave the client except the deepest one's values, from which the ser
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -20,7 +21,7 @@ import fedcore
 from fedcore import RoundContext
 from fedcore.data import batches
 from fedcore.settings import setting
-from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Share, upload_messages
 from fedcore_cos2p.coords import spec_from_json, spec_to_json, zeros_like_global
 from fedcore_cos2p.distill import DIRECTIONS, self_distillation_loss
 from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, kept_ratio, ste_sample
@@ -51,6 +52,7 @@ def _global(module: PrunableViT, spec: SubmodelSpec) -> dict[str, torch.Tensor]:
 class Cos2pUpdate:
     """Mask learning (Eq. 2, weights frozen) when the share asks for it, then self-distilled weight training."""
 
+    optimizer: ClassVar[str] = "adan"  # the clock's memory model counts its four state tensors per weight
     lr: float = setting(2e-3, low=0.0, low_open=True, help="η: Adan learning rate of the weight phase")
     epochs: int = setting(2, low=1, help="E: local epochs of the weight phase")
     batch_size: int = setting(16, low=1, help="minibatch size")
@@ -133,6 +135,20 @@ class Cos2pUpdate:
         from fedcore_cos2p.checks import check_plan
 
         return check_plan("local_update")
+
+    @fedcore.hookimpl
+    def fedcore_plan_job(self, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,
+                         ctx: RoundContext) -> JobPlan | None:
+        """A dry run: the mask epochs (in a mask round) and the weight epochs, then the upload of the share.
+
+        Both loops call ``forward_all``, not the share module's forward, so the job's meter counts no samples and
+        the clock prices ``samples`` of training, as for a real job."""
+        if "cos2p" not in share.meta:
+            return None
+        per_epoch = math.ceil(samples / self.batch_size)
+        mask = self.mask_epochs if share.meta["cos2p"]["phase"] == "mask" else 0
+        return JobPlan(messages=upload_messages(share), train_samples=0, num_examples=samples,
+                       steps=(mask + self.epochs) * per_epoch, batch_size=min(self.batch_size, max(samples, 1)))
 
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,

@@ -90,6 +90,14 @@ class FedVServer(ServerRule):
         session.scratch["pending"] = seeds
         return outs
 
+    def planned_queries(self, final: bool, step: int) -> int:
+        """The outputs :meth:`loss_queries` returns after batch ``step``: the SPSA points (plus the base point of the
+        forward estimator) at every contributing batch, none otherwise."""
+        if self.mode != "zo" or not self._contributes(final, step):
+            return 0
+        per = 1 if self.spsa.estimator == "forward" else 2
+        return self.spsa.num_directions * per + (1 if self.spsa.estimator == "forward" else 0)
+
     def on_losses(self, session: Session, losses: Sequence[float]) -> None:
         seeds = session.scratch.pop("pending")
         per = 2 if self.spsa.estimator == "central" else 1

@@ -14,8 +14,8 @@ import fedcore
 from fedcore import RoundContext
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
-from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
-from fedcore_split import remember, train_split
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Share
+from fedcore_split import plan_split_job, remember, train_split
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -53,3 +53,12 @@ class FedVTrain:
                               keep_optimizer=None if self.reset_client_optimizer_each_round else state)
         remember(share, state)
         return ClientUpdate.from_share(share, num_examples=len(data), metrics=metrics)
+
+    @fedcore.hookimpl
+    def fedcore_plan_job(self, client: ClientInfo, share: Share, samples: int, example: Any, ctx: RoundContext
+                         ) -> JobPlan | None:
+        """The per-batch messages of :func:`fedcore_split.train_split` (``fedcore_split.plan_split_job``)."""
+        if share.endpoint is None:
+            return None
+        return plan_split_job(share, samples, example, epochs=self.local_epochs, batch_size=self.batch_size,
+                              bottom_grad=self.head_grad_mode)

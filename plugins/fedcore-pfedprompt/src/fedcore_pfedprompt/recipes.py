@@ -5,7 +5,7 @@ update, uniform mean) by component names; ``examples/pfedprompt_sweep.toml`` run
 
 * ``pfedprompt``: evaluate = ``pfedprompt`` (global prompt + local feature attention, Eq. 5.7);
 * ``promptfl-ft``: evaluate = ``promptfl-ft`` (each client fine-tunes the global prompt, then evaluates);
-* ``promptper``: evaluate = ``promptper``; the model needs personal context (``n_personal`` of ``prompted-clip``);
+* ``promptper``: evaluate = ``promptper``; the model needs personal context (``n_personal`` of ``open_clip``);
 * ``promptprox``: local_update = ``promptprox`` (CE + mu/2 ||P - P_g||^2);
 * ``promptamp``: aggregate = ``promptamp`` (per-client cloud prompts), evaluate = ``personal-prompt-eval``.
 """
@@ -28,7 +28,7 @@ RECIPES = {
     "promptfl-ft": _promptfl_with("PromptFL+FT: PromptFL, then every client fine-tunes the global prompt locally",
                                   evaluate="promptfl-ft"),
     "promptper": _promptfl_with("PromptPer: FedPer on the prompt, personal context vectors stay on the client "
-                                "(model: prompted-clip with n_personal > 0)", evaluate="promptper",
+                                "(model: open_clip with n_personal > 0)", evaluate="promptper",
                                 test_setup={**TEST_SETUP, "model": {**TEST_SETUP["model"], "n_personal": 2}}),
     "promptprox": _promptfl_with("PromptProx: FedProx on the prompt, CE + mu/2 ||P - P_global||^2",
                                  local_update="promptprox"),

@@ -45,8 +45,7 @@ def clip_image_classifier(backbone: FrozenCLIP, num_classes: int, *, init: str =
         raise ValueError(f"init={init!r}; choose 'pretrained' or 'scratch'")
     for p in visual.parameters():
         p.requires_grad_(True)
-    prep = ImagePrep(backbone.prep.image_size, tuple(backbone.prep.mean.flatten().tolist()),
-                     tuple(backbone.prep.std.flatten().tolist()))
+    prep = ImagePrep(backbone.prep.image_size, *backbone.prep.stats)
     return ImageTowerClassifier(visual, prep, backbone.embed_dim, num_classes, seed=seed).train()
 
 

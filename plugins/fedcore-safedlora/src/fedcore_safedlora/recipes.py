@@ -20,9 +20,10 @@ MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "de
 RECIPES: dict[str, Recipe] = {
     "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",), test_setup=MICRO_VIT,
                          help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
-    "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 8, "r_b": 8},),
+    "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 0, "r_b": 0},),
                       test_setup=MICRO_VIT,
-                      help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = 8 from round 0"),
+                      help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = model.lora.r (8 if "
+                           "not given) from round 0"),
     "fedfft": Recipe(slots=_FULL, test_setup=MICRO_VIT,
                      help="federated full fine-tuning of the given (pre-trained) model"),
     "fedavg-scratch": Recipe(slots=_FULL, plugins=("from-scratch",), test_setup=MICRO_VIT,

@@ -15,7 +15,7 @@ import fedcore
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, Share
-from fedcore_lora import has_lora, lora_share, matching_keys, subset_share
+from fedcore_lora import lora_share, matching_keys, subset_share
 from fedcore_safedlora.plan import ANNEALING, INITIATING, INJECTED_AT, share_signature
 
 
@@ -46,7 +46,7 @@ class StageShare:
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
         signature = share_signature(model)
-        if not has_lora(model):
+        if signature == "stage1":  # no adapters yet
             params = [n for n, _ in model.named_parameters()]
             share = subset_share(model, client.id, ctx, params, download=list(model.state_dict()),
                                  meta={"stage": INITIATING})

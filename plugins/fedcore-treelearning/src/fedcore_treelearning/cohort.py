@@ -36,8 +36,9 @@ from fedcore import ClientFailed, ClientUpdate
 from fedcore.data import batches
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
+from fedcore.types import JobPlan, Message, upload_messages
 from fedcore_split import INPUT_GRAD, LABELS, SMASHED
-from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, unit_entries
+from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, UnitRange, unit_entries
 
 SCHEDULES = ("pipelined", "sync", "round-robin")
 CLIENT_SYNCS = ("none", "fedavg_common_layers")
@@ -126,6 +127,41 @@ class TreeCohort:
             out.append(ClientUpdate.from_share(c.job.share, num_examples=c.samples, client_id=c.id,
                                                metrics={"tl_split": float(c.split)}))
         return out
+
+    @fedcore.hookimpl
+    def fedcore_plan_job(self, client: Any, share: Any, samples: int, example: torch.Tensor, ctx: Any
+                         ) -> JobPlan | None:
+        """A dry run: per batch the client part's activation up (with the labels, horizontal), its gradient down.
+
+        The activation's shape comes from the client's units on the meta ``example`` (its feature strip in vertical
+        mode). Not modelled: the outage of ``dropout_fraction`` (its substituted batches send nothing) and
+        ``client_sync`` (the common units' averaging depends on the whole cohort); a note says so."""
+        server = share.endpoint
+        if not isinstance(server, TreeServer):
+            return None
+        x = example
+        if server.mode == VERTICAL:
+            a, b = server.bounds[client.id]
+            x = x[..., a:b]
+        with torch.no_grad():
+            h = UnitRange(share.module, 1, server.splits[client.id] - 1)(x)
+        per_sample = h.numel() * h.element_size() // int(x.shape[0])
+        bs = int(share.meta.get("batch_size", 16))
+        sizes = [min(bs, samples - i) for i in range(0, samples, bs)] * self.epochs
+        sent: dict[tuple[str, str, int], int] = {}
+        for b in sizes:
+            for key in [("up", SMASHED, b * per_sample), ("down", INPUT_GRAD, b * per_sample)] + (
+                    [("up", LABELS, b * 8)] if server.mode == HORIZONTAL else []):
+                sent[key] = sent.get(key, 0) + 1
+        notes = []
+        if self.dropout_fraction > 0 and ctx.round == self.dropout_round:
+            notes.append("tl-cohort: the outage of this round is not modelled (substituted batches send nothing)")
+        if self.client_sync != "none":
+            notes.append("tl-cohort: client_sync is not modelled (the common units' averaging depends on the cohort)")
+        messages = [Message(direction=d, kind=k, nbytes=n, count=c) for (d, k, n), c in sent.items()]
+        return JobPlan(messages=(*messages, *upload_messages(share)), train_samples=0,
+                       num_examples=samples * self.epochs, steps=len(sizes), batch_size=min(bs, max(samples, 1)),
+                       notes=tuple(notes))
 
     @staticmethod
     def _sync_common(clients: list[_Client]) -> None:

@@ -75,9 +75,14 @@ def get_tokenizer(name: str):
 
 
 def create_clip(name: str, *, pretrained: str | None = None, seed: int = 0, **kwargs: Any) -> nn.Module:
-    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode."""
+    """``open_clip.create_model_and_transforms(name, pretrained)``'s model, seeded, in eval mode.
+
+    Built on torch's current default device (open_clip would move it to the CPU), so inside
+    ``with torch.device("meta"):`` a random model (``pretrained=None``) costs no memory: the planner's
+    parameter and FLOP counts."""
     check_architecture(name)
     oc = _open_clip()
+    kwargs.setdefault("device", torch.empty(0).device)
     quiet = logging.getLogger().isEnabledFor(logging.WARNING) and pretrained is None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -100,8 +105,16 @@ class ImagePrep(nn.Module):
     def __init__(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         super().__init__()
         self.image_size = int(image_size)
+        self.stats = (tuple(float(m) for m in mean), tuple(float(s) for s in std))  # readable on the meta device
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+
+    @property
+    def fedcore_input_config(self) -> dict[str, Any]:
+        """What a dataset should hand this model (read by fedcore's image transform): [0, 1] images at the
+        tower's size, neither normalised nor channel-expanded here, since :meth:`forward` does both."""
+        return {"input_size": (3, self.image_size, self.image_size), "mean": None, "std": None,
+                "interpolation": "bicubic"}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()

@@ -1,34 +1,47 @@
-"""What a config can name: the ``prompted-clip`` model (random, fedcore-pre-trained or open_clip weights) and the
-captioned data sets ``clip.shapes`` / ``clip.digits``.
+"""What a config can name: the ``open_clip`` model (a frozen open_clip CLIP with a CoOp prompt; random,
+fedcore-pre-trained or open_clip weights) and the captioned data sets ``clip.shapes`` / ``clip.digits``.
 
-    model = { name = "prompted-clip", pretrained = "fedcore-shapes", n_ctx = 16 }   # fedcore's tiny CLIP
-    model = { name = "prompted-clip", arch = "ViT-B-32", pretrained = "openai" }    # real weights, if you have them
+    model = { name = "open_clip", pretrained = "fedcore-shapes", n_ctx = 16 }        # fedcore's tiny CLIP
+    model = { name = "open_clip", arch = "ViT-B-16", pretrained = "openai" }         # open_clip's weights
+    model = { name = "open_clip", arch = "ViT-B-16", pretrained = "ckpt/vit_b16.safetensors" }
     dataset = { name = "clip.shapes" }
 
-``classnames`` default to the data set's class names (the experiment builder fills them in).
+``classnames`` default to the data set's class names (the experiment builder fills them in). ``open_clip`` is
+the one name of a CLIP model: ``arch`` + ``pretrained`` mean the same in ``clip-image-classifier`` (the
+fine-tune baselines, which share :func:`load_clip`). ``prompted-clip``, its name before 0.2, still works with a
+``DeprecationWarning`` until 0.3.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+import functools
 from pathlib import Path
+import pickle
 from typing import Any
+import warnings
 
 from fedcore.errors import ConfigError
+from fedcore.models.weights import first_line, hub_locations, looks_like_file, offline_hint, read_weights, weights_path
+from fedcore.settings import settings_help
 
 FEDCORE_PRETRAINED = {"fedcore-shapes": "shapes", "fedcore-digits": "digits"}
 """``pretrained`` tags of fedcore's own tiny CLIP: contrastively pre-trained by fedcore (cached, deterministic)."""
 
 
-def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_steps: int = 1500,
-              pretrain_seed: int = 0, model: str = "prompted-clip") -> Any:
-    """The frozen backbone: random weights (``None``), fedcore's pre-trained tiny CLIP (``fedcore-shapes`` /
-    ``fedcore-digits``: built once, then cached), or an open_clip pretrained tag or checkpoint file. ``model``
-    names the registered model in error messages."""
+def load_clip(arch: str, pretrained: str | bool | None, *, seed: int = 0, pretrain_steps: int = 1500,
+              pretrain_seed: int = 0, model: str = "open_clip") -> Any:
+    """The frozen backbone: random weights (``None`` or ``False``), fedcore's pre-trained tiny CLIP
+    (``fedcore-shapes`` / ``fedcore-digits``: built once, then cached), an open_clip pretrained tag (from the
+    Hugging Face cache, or downloaded where there is a network) or a checkpoint file (read by open_clip with
+    ``torch.load(weights_only=True)``: no code from the file runs). ``model`` names the registered model in
+    error messages; every failure is one line."""
     from fedcore_clip.backbone import TINY, check_architecture, load_backbone
 
     check_architecture(arch)
-    if pretrained is None:
+    if pretrained is None or pretrained is False:
         return load_backbone(arch, seed=seed)
+    if not isinstance(pretrained, str):
+        raise ConfigError(f"{model}: pretrained = {pretrained!r}; give an open_clip tag, a checkpoint file or false")
     if pretrained in FEDCORE_PRETRAINED:
         if arch != TINY:
             raise ConfigError(f"{model}: pretrained = {pretrained!r} is fedcore's own {TINY}; "
@@ -39,35 +52,77 @@ def load_clip(arch: str, pretrained: str | None, *, seed: int = 0, pretrain_step
     import open_clip
 
     tags = list(open_clip.list_pretrained_tags_by_model(arch))
-    if pretrained not in tags and not Path(pretrained).is_file():
+    if pretrained in tags:  # fetch (or find in the cache) the checkpoint before building the model
+        cfg = open_clip.get_pretrained_cfg(arch, pretrained)
+        try:
+            open_clip.download_pretrained(cfg)
+        except Exception as exc:  # noqa: BLE001 - download/IO errors of open_clip and huggingface_hub, any type
+            raise ConfigError(f"{model}: pretrained weights {arch}/{pretrained} of open_clip are neither cached nor "
+                              f"reachable: "
+                              f"looked in {_where(cfg)} ({first_line(exc)}; {offline_hint()}); put them there "
+                              f"or give a checkpoint file (pretrained = \"path/to/checkpoint.safetensors\")") from None
+        return load_backbone(arch, pretrained=pretrained, seed=seed)
+    if not looks_like_file(pretrained):
         known = ", ".join([*tags, *FEDCORE_PRETRAINED] if arch == TINY else tags) or "none"
         raise ConfigError(f"{model}: pretrained = {pretrained!r} is neither a tag of open_clip "
                           f"architecture {arch!r} ({known}) nor a checkpoint file")
-    if pretrained in tags:  # fetch (or find in the cache) the checkpoint before building the model
-        try:
-            open_clip.download_pretrained(open_clip.get_pretrained_cfg(arch, pretrained))
-        except Exception as exc:  # noqa: BLE001 - download/IO errors of open_clip and huggingface_hub, any type
-            reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0]
-            raise ConfigError(f"{model}: open_clip weights {arch}/{pretrained} are not available here "
-                              f"({type(exc).__name__}: {reason[:120]}); put them in the Hugging Face cache or give "
-                              f"a checkpoint file") from None
-    return load_backbone(arch, pretrained=pretrained, seed=seed)
+    path = weights_path(pretrained)  # a missing file: one line with its path
+    try:
+        return load_backbone(arch, pretrained=str(path), seed=seed)
+    except pickle.UnpicklingError:
+        read_weights(path)  # raises the one line that says why the file was refused
+        raise
+    except RuntimeError as exc:  # load_state_dict's key and shape lists span many lines
+        raise ConfigError(f"{model}: the checkpoint {path} does not fit open_clip {arch}: "
+                          f"{' '.join(str(exc).split())[:240]}") from None
 
 
+def _where(cfg: Mapping[str, Any]) -> str:
+    """Where ``open_clip.download_pretrained(cfg)`` looks: the Hugging Face hub cache for a hub entry, else its
+    URL cache (``~/.cache/clip``)."""
+    caches = hub_locations()
+    if cfg.get("hf_hub") and "hf" in caches:
+        return f"the Hugging Face hub cache {caches['hf']} for {cfg['hf_hub'].rstrip('/')}"
+    return f"open_clip's download cache {Path('~/.cache/clip').expanduser()} for {Path(str(cfg.get('url'))).name}"
+
+
+@settings_help(
+    arch="an open_clip architecture (open_clip.list_models(): \"ViT-B-16\", \"RN50\", ...) or fedcore's micro "
+         "\"fedcore-tiny-clip\"",
+    pretrained="an open_clip tag (\"openai\", \"laion2b_s34b_b88k\"; from the Hugging Face cache or the hub), a "
+               "checkpoint file (.safetensors/.pt/.bin, no code runs), \"fedcore-shapes\"/\"fedcore-digits\" "
+               "(fedcore's pre-trained tiny CLIP), or unset/false for random weights",
+    classnames="the prompt's classes (a config takes the data set's class names)",
+    seed="draws a random backbone's weights",
+    head_seed="draws the prompt's initialisation (a config uses the run's seed)",
+    pretrain_steps="steps of fedcore's own tiny-CLIP pre-training (fedcore-shapes / fedcore-digits)",
+    pretrain_seed="seed of fedcore's own tiny-CLIP pre-training",
+    prompt="CoOp prompt settings: n_ctx, position, csc, init, init_std, n_personal",
+)
 def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = "fedcore-tiny-clip",
-                        pretrained: str | None = None, seed: int = 0, head_seed: int = 0, pretrain_steps: int = 1500,
+                        pretrained: str | bool | None = None, seed: int = 0, head_seed: int = 0,
+                        pretrain_steps: int = 1500,
                         pretrain_seed: int = 0, **prompt: Any) -> Any:
     """A frozen open_clip CLIP with a CoOp prompt for ``classnames`` (any architecture; ``pretrained``: None for
-    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, or an open_clip tag).
+    random weights, ``fedcore-shapes``/``fedcore-digits`` for fedcore's pre-trained tiny CLIP, an open_clip tag or a
+    checkpoint file). Registered as ``open_clip``.
 
     ``seed`` draws a random backbone's weights, ``head_seed`` the prompt's initialisation: the model's fresh
     trainable part, which a config draws from the run's seed (so seed s of a sweep is a replicate)."""
     from fedcore_clip.learner import prompted_clip
 
     if not classnames:
-        raise ConfigError("prompted-clip needs classnames (a config takes them from the data set's classes)")
+        raise ConfigError("open_clip needs classnames (a config takes them from the data set's classes)")
     backbone = load_clip(arch, pretrained, seed=seed, pretrain_steps=pretrain_steps, pretrain_seed=pretrain_seed)
     return prompted_clip(backbone, list(classnames), seed=head_seed, **prompt)
+
+
+@functools.wraps(prompted_clip_model, assigned=())  # its signature and help, its own docstring
+def deprecated_prompted_clip(**settings: Any) -> Any:
+    """``prompted-clip``: the ``open_clip`` model under its name before 0.2 (same settings; removed in 0.3)."""
+    warnings.warn("model = \"prompted-clip\" is now called \"open_clip\" (same settings); the old name goes in "
+                  "fedcore 0.3", DeprecationWarning, stacklevel=2)
+    return prompted_clip_model(**settings)
 
 
 def shapes(*, n_train_per_class: int = 60, n_test_per_class: int = 20, num_classes: int = 30, seed: int = 0):
@@ -98,7 +153,7 @@ def _first_classes(ds: Any, k: int) -> Any:
 
 TEST_SETUP: dict[str, Any] = {
     "dataset": {"name": "clip.shapes", "n_train_per_class": 8, "n_test_per_class": 2, "num_classes": 6},
-    "model": {"name": "prompted-clip", "n_ctx": 4},
+    "model": {"name": "open_clip", "n_ctx": 4},
     "num_clients": 3,
     "pipeline": {"partition": {"shots": 2, "classes_per_client": 2}, "local_update": {"epochs": 1}},
 }

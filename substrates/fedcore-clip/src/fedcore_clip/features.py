@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fedcore.data import labels_of
+from fedcore.data import gather, labels_of
 from fedcore.stash import Stash, StashKey
 from fedcore_clip.backbone import FrozenCLIP
 
@@ -21,11 +21,8 @@ SUPPORT = StashKey[tuple]("prompt.support")
 
 
 def gather_images(dataset: Any, indices: Sequence[int]) -> torch.Tensor:
-    idx = [int(i) for i in indices]
-    x = getattr(dataset, "x", None)
-    if isinstance(x, torch.Tensor):
-        return x[torch.as_tensor(idx, dtype=torch.long)]
-    return torch.stack([torch.as_tensor(dataset[i][0]) for i in idx])
+    """Model inputs of ``dataset[indices]`` (an image dataset's transform applied)."""
+    return gather(dataset, [int(i) for i in indices])[0]
 
 
 def gather_labels(dataset: Any, indices: Sequence[int]) -> torch.Tensor:

@@ -29,7 +29,6 @@ from fedcore_distill.messages import (
 from fedcore_distill.models import (
     BottleneckServer,
     EdgeCNN,
-    HybridViT,
     KDSystem,
     cut_resnet,
     edge_resnet,
@@ -59,6 +58,14 @@ __all__ = [
     "register", "reinit", "require_kd_system", "server_heads", "soft_kd", "synth_patterns",
     "synth_patterns_dataset", "teacher_lookup", "token_vit", "train_macs", "two_head_loss",
 ]
+
+
+def __getattr__(name: str) -> object:  # HybridViT subclasses a timm class: importing the package must not import timm
+    if name == "HybridViT":
+        from fedcore_distill.hybrid_vit import HybridViT
+
+        return HybridViT
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(registry: Any) -> None:

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 import copy
+import sys
 from typing import Any
 
-from timm.models.vision_transformer import Attention
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 
 def forward_macs(module: nn.Module, input_shape: Sequence[int]) -> int:
     """MACs of one forward pass on one sample of ``input_shape`` (counted on a meta-device copy)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
     meta = copy.deepcopy(module).to("meta").eval()
+    vit = sys.modules.get("timm.models.vision_transformer")  # not imported: the module holds no timm Attention
     for m in meta.modules():
-        if isinstance(m, Attention):
+        if vit is not None and isinstance(m, vit.Attention):
             m.fused_attn = False  # type: ignore[misc]  # count q@k^T and attn@v explicitly (Final in timm)
     x = torch.zeros(1, *input_shape, device="meta")
     with FlopCounterMode(display=False) as counter, torch.no_grad():

@@ -15,22 +15,20 @@ import torch.nn.functional as F
 
 import fedcore
 from fedcore import RoundContext
+from fedcore.data import gather
 from fedcore.settings import setting
 from fedcore.stash import StashKey
-from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share
 from fedcore_distill.losses import soft_kd
-from fedcore_distill.messages import FeaturePacket, teacher_lookup
+from fedcore_distill.messages import FEATURES, LABELS, LOGITS, SAMPLE_IDS, FeaturePacket, teacher_lookup
 from fedcore_distill.share import EDGE_PREFIX, EdgeClient
 
 EDGE_OPTIMIZER = StashKey[dict]("distill.edge-optimizer")
 
 
 def fetch(dataset: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and labels of samples ``ids`` (ArrayDataset fast path, any indexable dataset otherwise)."""
-    if hasattr(dataset, "x") and hasattr(dataset, "y"):
-        return dataset.x[ids], dataset.y[ids]
-    items = [dataset[int(i)] for i in ids]
-    return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
+    """Inputs and labels of samples ``ids`` (model inputs: an image dataset's transform applied)."""
+    return gather(dataset, ids)
 
 
 def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
@@ -110,6 +108,27 @@ class EdgeKDTrain:
         packet = self.extract(client.id, edge, data.dataset, ids)
         return ClientUpdate(client_id=client.id, tensors=packet.entries(), num_examples=len(ids),
                             metrics={"loss": total / max(seen, 1), "kd_loss": kd_total / max(seen, 1)})
+
+    @fedcore.hookimpl
+    def fedcore_plan_job(self, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,
+                         ctx: RoundContext) -> JobPlan | None:
+        """A dry run: the uplink of every sample (id, features, edge logits, label) and the training steps.
+
+        Shapes come from the edge model on the meta ``example``; the loop runs ``edge``, not the share's module,
+        so the job's meter counts no samples (the clock prices ``samples`` of training, as for a real job)."""
+        module = share.module
+        if not isinstance(module, EdgeClient):
+            return None
+        with torch.no_grad():
+            z, h = module.edge.forward_with_features(example)
+        feature = h[0].numel() * torch.empty(0, dtype=getattr(torch, self.feature_dtype)).element_size()
+        per = {SAMPLE_IDS: 8, FEATURES: feature, LOGITS: z[0].numel() * z.element_size(), LABELS: 8}
+        messages = [Message(direction="up", kind=share.kinds.get(name, "weights"), nbytes=samples * n)
+                    for name, n in per.items()]
+        sizes = [min(self.batch_size, samples - i) for i in range(0, samples, self.batch_size)]
+        steps = self.epochs * sum(1 for b in sizes if not b == 1 < samples)
+        return JobPlan(messages=messages, train_samples=0, num_examples=samples, steps=steps,
+                       batch_size=min(self.batch_size, max(samples, 1)))
 
     def extract(self, client_id: int, edge: Any, dataset: Any, ids: torch.Tensor) -> FeaturePacket:
         """The uplink: features, logits and labels of every sample, edge model in eval mode."""

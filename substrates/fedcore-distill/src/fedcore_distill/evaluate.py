@@ -7,6 +7,7 @@ the edge models' accuracy (Fig. 5) are reported too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import sys
 from typing import Any
 
 import attrs
@@ -19,12 +20,12 @@ from fedcore import RoundContext
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientState
 from fedcore_distill.edge import fetch
-from fedcore_distill.models import HybridViT
 from fedcore_distill.share import EDGE_PREFIX, edge_of, require_kd_system
 
 
 def server_heads(server: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(server, HybridViT):
+    hybrid = sys.modules.get("fedcore_distill.hybrid_vit")  # not imported: the server is no HybridViT (nor timm)
+    if hybrid is not None and isinstance(server, hybrid.HybridViT):
         return server.heads(h)
     out = server(h)
     return out, out

@@ -1,23 +1,23 @@
-"""Models from timm: an edge ResNet cut into extractor + classifier, the hybrid ViT server (cls + distillation
-tokens on the edge's feature map) and FedGKT's bottleneck-ResNet server, plus the composed global models.
+"""Models from timm: an edge ResNet cut into extractor + classifier and FedGKT's bottleneck-ResNet server, plus
+the composed global models (the hybrid ViT server, a timm subclass, is :mod:`fedcore_distill.hybrid_vit`).
 
 Micro sizes (the defaults of the named factories) run on a CPU; paper sizes (ResNet-18 width 64, ViT-B,
 ResNet-109) are instantiable with random weights. ``pretrained=True`` loads timm's weights where timm has them.
+timm is imported inside the functions that build, so importing the substrate (registering it) stays light.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import timm
-from timm.models.deit import VisionTransformerDistilled
-from timm.models.resnet import Bottleneck
-from timm.models.vision_transformer import VisionTransformer
 import torch
 from torch import nn
 
 from fedcore import ConfigError
+
+if TYPE_CHECKING:
+    from timm.models.vision_transformer import VisionTransformer
 
 
 class EdgeCNN(nn.Module):
@@ -63,6 +63,8 @@ def edge_resnet(*, num_classes: int = 10, arch: str = "resnet18", width: int = 6
     """
     if stem not in ("cifar", "imagenet"):
         raise ConfigError(f"stem={stem!r}; choose 'cifar' or 'imagenet'")
+    import timm  # here, not at the top: registering the plugin must not import timm (docs/plugins.md)
+
     kwargs: dict[str, Any] = {} if width == 64 else {"channels": tuple(width * m for m in (1, 2, 4, 8)),
                                                      "stem_width": width}
     net = timm.create_model(arch, pretrained=pretrained, num_classes=num_classes, **kwargs)
@@ -84,29 +86,11 @@ def feature_shape(edge: EdgeCNN, image_size: int) -> tuple[int, int, int]:
     return int(shape[0]), int(shape[1]), int(shape[2])
 
 
-class HybridViT(VisionTransformerDistilled):
-    """FedVKD's server encoder: patch embedding on the feature map, cls + distillation tokens, two heads.
-
-    Train mode returns ``(z_cls, z_dist)``, eval mode their mean (DeiT); :meth:`heads` gives both in any mode.
-    """
-
-    def __init__(self, *, feature_shape: Sequence[int], num_classes: int, embed_dim: int = 768, depth: int = 12,
-                 num_heads: int = 12, patch_size: int = 4, mlp_ratio: float = 4.0) -> None:
-        c, h, w = feature_shape
-        if h % patch_size or w % patch_size:
-            raise ConfigError(f"patch_size={patch_size} does not divide the {h}x{w} feature map")
-        super().__init__(img_size=(h, w), patch_size=patch_size, in_chans=c, num_classes=num_classes,
-                         embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio)
-        self.set_distilled_training(True)
-
-    def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.forward_features(h)
-        return self.head(x[:, 0]), self.head_dist(x[:, 1])
-
-
 def token_vit(*, feature_shape: Sequence[int], num_classes: int, embed_dim: int = 768, depth: int = 12,
               num_heads: int = 12, patch_size: int = 4) -> VisionTransformer:
     """FedAvg(ViT)'s encoder: the same patch embedding and blocks, class token and ``head_cls`` only (A16)."""
+    from timm.models.vision_transformer import VisionTransformer
+
     c, h, w = feature_shape
     return VisionTransformer(img_size=(h, w), patch_size=patch_size, in_chans=c, num_classes=num_classes,
                              embed_dim=embed_dim, depth=depth, num_heads=num_heads)
@@ -120,6 +104,8 @@ class BottleneckServer(nn.Module):
 
     def __init__(self, *, in_chans: int, num_classes: int, layers: Sequence[int] = (12, 12, 12),
                  planes: Sequence[int] = (16, 32, 64)) -> None:
+        from timm.models.resnet import Bottleneck
+
         super().__init__()
         stages, inplanes = [], in_chans
         for i, (n, p) in enumerate(zip(layers, planes)):
@@ -155,5 +141,5 @@ class KDSystem(nn.Module):
         return (out[0] + out[1]) / 2 if isinstance(out, tuple) else out
 
 
-__all__ = ["BottleneckServer", "EdgeCNN", "HybridViT", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
+__all__ = ["BottleneckServer", "EdgeCNN", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
            "token_vit"]

@@ -75,6 +75,17 @@ def edge_of(model: KDSystem, state: ClientState, client_id: int, seed: int, same
     return edge
 
 
+def _planned(system: KDSystem) -> bool:
+    """Whether the global model is a dry run's (built on the meta device: shapes, no values)."""
+    return next(system.server.parameters()).is_meta
+
+
+def _classes(system: KDSystem) -> int:
+    """The server's number of classes: the rows of its (last) head."""
+    heads = [m for m in system.server.modules() if isinstance(m, nn.Linear)]
+    return int(heads[-1].out_features)
+
+
 @attrs.frozen(eq=False, kw_only=True)
 class EdgeShare:
     """Split slot: the client's edge CNN; downloads only the server logits of its samples, uploads only
@@ -96,8 +107,13 @@ class EdgeShare:
         edge = edge_of(system, state, client.id, ctx.seed if ctx.run is None else ctx.run.seed, self.same_init)
         view = ctx.server.client_views.get(client.id) or {}
         num_classes = int(view[TEACHER_LOGITS].shape[1]) if TEACHER_LOGITS in view else 0
-        module = EdgeClient(edge, len(view.get(TEACHER_IDS, ())), num_classes)
-        download = (TEACHER_IDS, TEACHER_LOGITS) if TEACHER_IDS in view else ()
+        teachers = len(view.get(TEACHER_IDS, ()))
+        if not view and ctx.round > 0 and _planned(system) and ctx.run is not None and ctx.run.partition is not None:
+            # a dry run of a later round: no aggregation ran, but a real client would hold the server's logits of
+            # the samples it uploaded (all of its own, every round), so the share downloads them
+            teachers, num_classes = len(ctx.run.partition.train[client.id]), _classes(system)
+        module = EdgeClient(edge, teachers, num_classes)
+        download = (TEACHER_IDS, TEACHER_LOGITS) if teachers else ()
         return Share(module=module, download=download, upload=tuple(UPLINK_KINDS),
                      kinds={**UPLINK_KINDS, **DOWNLINK_KINDS},
                      meta={"cut": edge.cut, "feature_shape": list(system.feature_shape)})

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from fedcore_distill.models import BottleneckServer, EdgeCNN, HybridViT, KDSystem, edge_resnet, feature_shape, token_vit
+from fedcore_distill.models import BottleneckServer, EdgeCNN, KDSystem, edge_resnet, feature_shape, token_vit
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -38,6 +38,8 @@ def fedvkd_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8,
                  cut: str = "layer1", arch: str = "resnet18", embed_dim: int = 128, depth: int = 4,
                  num_heads: int = 4, patch_size: int = 4, pretrained: bool = False) -> KDSystem:
     """FedVKD: edge ResNet cut after ``cut`` + the hybrid ViT server (cls + dist tokens) on its feature map."""
+    from fedcore_distill.hybrid_vit import HybridViT
+
     edge = _edge(num_classes, width, stem, cut, arch, pretrained)
     shape = feature_shape(edge, image_size)
     server = HybridViT(feature_shape=shape, num_classes=num_classes, embed_dim=embed_dim, depth=depth,

@@ -11,7 +11,7 @@ Parameterisation follows SA-FedLoRA's Eq. 6 by default: ``ΔW = B A`` with scali
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import re
 from typing import Any
 
@@ -105,25 +105,34 @@ def check_rank(model: nn.Module, targets: list[str], rank: int, *, setting: str 
                               f"({layer.in_features}->{layer.out_features})")
 
 
-def inject_lora(model: nn.Module, *, target: str = DEFAULT_TARGETS, rank: int = 8, init_std: float | None = None,
-                seed: int = 0, alpha: float | None = None) -> list[str]:
+def inject_lora(model: nn.Module, *, target: str | Sequence[str] = DEFAULT_TARGETS, rank: int = 8,
+                init_std: float | None = None, seed: int = 0, alpha: float | None = None,
+                dropout: float = 0.0) -> list[str]:
     """Add LoRA adapters of ``rank`` to every ``nn.Linear`` matching ``target``, in place; returns their names.
 
-    Every other parameter of ``model`` is frozen (peft's convention): the caller re-enables what
-    its method trains (a head, say). ``A`` is drawn from a ``torch`` stream seeded with ``seed``
-    without touching the global RNG, so the server can initialise the global adapters once and
-    broadcast them (SA-FedLoRA Alg. 2 l.2). ``alpha=None`` gives scaling 1 (``lora_alpha = rank``).
+    ``target`` is a regex over the qualified module names (``re.search``) or the module names themselves (as
+    :func:`fedcore_lora.model_targets` resolves a model's ``[model.lora]``). Every other parameter of ``model``
+    is frozen (peft's convention): the caller re-enables what its method trains (a head, say). ``A`` is drawn
+    from a ``torch`` stream seeded with ``seed`` without touching the global RNG, so the server can initialise
+    the global adapters once and broadcast them (SA-FedLoRA Alg. 2 l.2). ``alpha=None`` gives scaling 1
+    (``lora_alpha = rank``); ``dropout`` is peft's ``lora_dropout``.
     """
     from peft import LoraConfig, inject_adapter_in_model
 
     if has_lora(model):
         raise ValueError("the model already has LoRA adapters; use set_rank() to change their rank")
-    targets = find_targets(model, target, setting="target")
+    if isinstance(target, str):
+        targets = find_targets(model, target, setting="target")
+    else:
+        targets = list(target)
+        unknown = sorted(set(targets) - set(linear_modules(model)))
+        if unknown or not targets:
+            raise ConfigError(f"target={unknown or targets!r}: not nn.Linear modules of this {type(model).__name__}")
     check_rank(model, targets, rank)
     # peft annotates lora_alpha as int but uses it as a float (scaling = lora_alpha / r)
     config = LoraConfig(r=rank, lora_alpha=rank if alpha is None else alpha,  # type: ignore[arg-type]
                         target_modules=targets,
-                        init_lora_weights="gaussian", lora_dropout=0.0, bias="none")
+                        init_lora_weights="gaussian", lora_dropout=dropout, bias="none")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(config, model)

@@ -2,44 +2,66 @@
 
 ``subset_share`` is the generic piece (LoRA factors, BitFit biases, a prompt, a head): the client's
 working copy trains exactly the entries the share names, and only they cross the network, so the
-ledger counts exactly those bytes. ``LoRAShare`` is the component for a global model that already
-carries peft adapters (see :func:`fedcore_lora.inject_lora`): adapters + an optional extra pattern.
+ledger counts exactly those bytes. The frozen rest is not copied per client: every working copy reads
+the global model's frozen parameters (the backbone), as PromptFL's clients read one frozen CLIP.
+``LoRAShare`` is the component for a global model that already carries peft adapters (see
+:func:`fedcore_lora.inject_lora`): adapters + an optional extra pattern.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from torch import nn
 
 import fedcore
-from fedcore.builtin import working_copy
+from fedcore.builtin import share_frozen_copy
 from fedcore.errors import ConfigError
+from fedcore.models import model_lora
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, Share
 from fedcore_lora.adapters import (
+    ADAPTER,
     DEFAULT_TARGETS,
-    adapter_keys,
     check_rank,
     current_rank,
-    find_targets,
     has_lora,
     inject_lora,
 )
+from fedcore_lora.model_lora import resolve_lora
 
 
-def matching_keys(model: nn.Module, pattern: str | None, *, setting: str = "pattern") -> list[str]:
-    """``state_dict`` names matching ``pattern`` (``re.search``); an empty list for ``None`` or ``""``."""
+def matching_keys(model: nn.Module, pattern: str | None, *, setting: str = "pattern",
+                  keys: Iterable[str] | None = None) -> list[str]:
+    """``state_dict`` names (or ``keys``) matching ``pattern`` (``re.search``); an empty list for ``None`` or ``""``."""
     if not pattern:
         return []
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ConfigError(f"{setting}={pattern!r} is not a valid regular expression: {exc}") from None
-    return [k for k in model.state_dict() if regex.search(k)]
+    return [k for k in (model.state_dict() if keys is None else keys) if regex.search(k)]
+
+
+def state_entries(model: nn.Module) -> dict[str, bool]:
+    """``state_dict`` names of ``model``, in ``state_dict`` order, each mapped to whether it is a parameter.
+
+    One walk over the modules, no tensor touched: a share is cut for every client, and ``state_dict()`` (or
+    several walks) per client was a visible part of a LoRA round.
+    """
+    out: dict[str, bool] = {}
+    for prefix, m in model.named_modules(remove_duplicate=False):
+        dot = f"{prefix}." if prefix else ""
+        for n, p in m._parameters.items():
+            if p is not None:
+                out[dot + n] = True
+        for n, b in m._buffers.items():
+            if b is not None and n not in m._non_persistent_buffers_set:
+                out[dot + n] = False
+    return out
 
 
 def subset_share(model: nn.Module, client_id: int, ctx: Any, trainable: Iterable[str], *,
@@ -48,17 +70,25 @@ def subset_share(model: nn.Module, client_id: int, ctx: Any, trainable: Iterable
 
     Downloads ``download`` (default: the trainable entries) and uploads the trainable entries.
     The engine applies a personalised download the aggregator left for this client (``client_views``).
+    The copy shares the frozen parameters it neither trains nor downloads with ``model``
+    (:func:`fedcore.builtin.share_frozen_copy`): every client of a wave reads the one frozen backbone.
     """
-    module = working_copy(model)  # copy.deepcopy semantics, ~3x cheaper on a peft-injected ViT
+    return _subset_share(model, trainable, state_entries(model), download, meta)
+
+
+def _subset_share(model: nn.Module, trainable: Iterable[str], entries: dict[str, bool],
+                  download: Iterable[str] | None, meta: dict[str, Any] | None) -> Share:
     wanted = list(dict.fromkeys(trainable))
-    params = dict(module.named_parameters())
-    unknown = sorted(set(wanted) - set(module.state_dict()))
+    unknown = sorted(set(wanted) - set(entries))
     if unknown:
         raise KeyError(f"trainable entries not in the model: {unknown[:6]}")
-    for name, p in params.items():
-        p.requires_grad_(name in wanted)
-    up = tuple(k for k in wanted)
+    up = tuple(wanted)
     down = tuple(dict.fromkeys(download)) if download is not None else up
+    module = share_frozen_copy(model, own=[*up, *down])
+    train = set(wanted)
+    for name, p in module.named_parameters():
+        if p.requires_grad != (name in train):  # never the shared ones: frozen in the model and not trained
+            p.requires_grad_(name in train)
     return Share(module=module, download=down, upload=up, meta=dict(meta or {}))
 
 
@@ -68,30 +98,43 @@ def lora_share(model: nn.Module, client_id: int, ctx: Any, *, extra: str | None 
 
     ``download_all`` sends every entry once (the frozen backbone after a stage switch).
     """
-    if not has_lora(model):
+    entries = state_entries(model)
+    adapters = [k for k in entries if f".lora_A.{ADAPTER}." in k or f".lora_B.{ADAPTER}." in k]
+    if not adapters:
         raise ValueError(f"the global {type(model).__name__} has no LoRA adapters: inject them at the stage "
                          f"switch (fedcore_lora.inject_lora, e.g. from fedcore_round_start) before sharing them")
-    adapters = adapter_keys(model)
-    keys = adapters + [k for k in matching_keys(model, extra, setting="extra") if k not in adapters]
-    params = dict(model.named_parameters())
-    keys = [k for k in keys if k in params]  # buffers never train
-    download = list(model.state_dict()) if download_all else None
-    return subset_share(model, client_id, ctx, keys, download=download, meta={"lora_rank": current_rank(model)})
+    keys = adapters + [k for k in matching_keys(model, extra, setting="extra", keys=entries) if k not in adapters]
+    keys = [k for k in keys if entries[k]]  # buffers never train
+    download = list(entries) if download_all else None
+    return _subset_share(model, keys, entries, download, {"lora_rank": _rank(model, adapters)})
+
+
+def _rank(model: nn.Module, adapters: list[str]) -> int:
+    """:func:`current_rank` from the adapted layers the keys name (no walk over the whole model)."""
+    marker = f".lora_A.{ADAPTER}."
+    layers: list[Any] = [model.get_submodule(k.split(marker)[0]) for k in adapters if marker in k]  # peft layers
+    found = {int(layer.r[ADAPTER]) for layer in layers}
+    return found.pop() if len(found) == 1 else current_rank(model)  # current_rank names what is wrong
 
 
 @attrs.frozen(eq=False, kw_only=True)
 class LoRAShare:
     """Send and train only the LoRA factors of the global model (+ entries matching ``extra``, the head by default).
 
-    With ``rank`` set, a global model without adapters gets them at run start (peft, seeded from the run's
-    seed), so a config alone runs: ``pipeline.split = { name = "lora-share", rank = 4 }``. The share's
-    ``signature`` is ``"lora-r<rank>"``.
+    A global model without adapters gets them at run start (peft, seeded from the run's seed) when the model
+    carries a ``[model.lora]`` table (its r, alpha, target_modules and dropout) or ``rank`` is set, so a config
+    alone runs: ``[model.lora] r = 4`` with ``pipeline.split = "lora-share"``. The share's ``signature`` is
+    ``"lora-r<rank>"``.
     """
+
+    applies_model_lora: ClassVar[bool] = True  # it injects the adapters a model's [model.lora] asks for
 
     extra: str = setting(r"^head\.", help="regex of extra entries trained and sent with the adapters ('' = none)")
     rank: int | None = setting(None, kind=int, optional=True, low=1,
-                               help="inject adapters of this rank at run start when the model has none")
-    target_modules: str = setting(DEFAULT_TARGETS, help="regex over nn.Linear module names to adapt (with rank)")
+                               help="inject adapters of this rank at run start when the model has none (or give "
+                                    "model.lora.r)")
+    target_modules: str = setting(DEFAULT_TARGETS, help="regex over nn.Linear module names to adapt; "
+                                                        "model.lora.target_modules replaces the default")
     init_std: float | None = setting(None, kind=float, optional=True, low=0.0, low_open=True,
                                      help="std of A at injection; None = 1/rank (peft 'gaussian')")
 
@@ -112,14 +155,15 @@ class LoRAShare:
         model = run.server.model
         if has_lora(model):
             return
-        if self.rank is None:
-            raise ConfigError(f"lora-share: the global {type(model).__name__} has no LoRA adapters; set "
-                              f"LoRAShare.rank (e.g. split = {{ name = \"lora-share\", rank = 4 }}) to inject them "
-                              f"at run start, or inject them in Python (fedcore_lora.inject_lora)")
-        targets = find_targets(model, self.target_modules, setting="LoRAShare.target_modules")
-        check_rank(model, targets, self.rank, setting="LoRAShare.rank")
-        inject_lora(model, target=self.target_modules, rank=self.rank, init_std=self.init_std,
-                    seed=derive_seed(run.seed, "lora-share", "lora-init"))
+        if self.rank is None and model_lora(model) is None:
+            raise ConfigError(f"lora-share: the global {type(model).__name__} has no LoRA adapters; give the model a "
+                              f"[model.lora] table (r = 4, ...) or set LoRAShare.rank to inject them at run start, "
+                              f"or inject them in Python (fedcore_lora.inject_lora)")
+        lora = resolve_lora(model, rank=self.rank, rank_setting="LoRAShare.rank", target=self.target_modules,
+                            target_setting="LoRAShare.target_modules")
+        check_rank(model, list(lora.targets), lora.rank, setting="LoRAShare.rank")
+        inject_lora(model, target=lora.targets, rank=lora.rank, init_std=self.init_std, alpha=lora.alpha,
+                    dropout=lora.dropout, seed=derive_seed(run.seed, "lora-share", "lora-init"))
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import attrs
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from fedcore.errors import ConfigError
 from fedcore_pruning.vit import PrunableViT
@@ -77,6 +76,8 @@ def _loss(outputs: list[torch.Tensor]) -> torch.Tensor:
 
 def count_flops(model: PrunableViT, batch: int = 1) -> FlopCount:
     """Forward and backward FLOPs of one step of ``model`` (every exit and the head contribute to the loss)."""
+    from torch.utils.flop_counter import FlopCounterMode  # here: importing it brings in triton (docs/plugins.md)
+
     x = _input(model, batch)
     with FlopCounterMode(display=False) as fwd:
         loss = _loss(model.forward_all(x))

@@ -111,7 +111,9 @@ def extract(model: nn.Module | Mapping[str, torch.Tensor], spec: SubmodelSpec) -
     if missing:
         raise ConfigError(f"the global model lacks {len(missing)} tensor(s) the spec needs, e.g. {missing[:3]}")
     ref = state["cls_token"]
-    sub = PrunableViT(spec.shape, spec).to(device=ref.device, dtype=ref.dtype)
+    with torch.device(ref.device):  # built where the global model lives (no CPU copy of a meta or GPU model)
+        sub = PrunableViT(spec.shape, spec)
+    sub = sub.to(dtype=ref.dtype)
     sub_state = {name: _take(state[name], index).clone() for name, index in imap.items()}
     classes = _rows(spec.classes, spec.shape.num_classes)
     for depth in spec.exits:

@@ -46,6 +46,7 @@ from fedcore_split.endpoint import (
 )
 from fedcore_split.evaluate import SplitEval
 from fedcore_split.finish import finish_round, stale_metrics
+from fedcore_split.plan import plan_split_job
 from fedcore_split.recipes import RECIPES
 from fedcore_split.rules import FrozenServer, SequentialServer, ServerCopies, make_optimizer
 from fedcore_split.share import build_share, remember
@@ -58,7 +59,8 @@ __all__ = [
     "SYNCED", "Connection", "Endpoint", "FrozenServer", "RECIPES", "SLTurns", "Segment", "SequentialServer",
     "ServerCopies", "ServerRule", "Session", "SplitEval", "SplitFedV1", "SplitFedV2", "SplitLearning",
     "SplitServerState", "SplitShare", "SplitTrain", "StaleSession", "Turns", "VanillaSL", "aggregate_split",
-    "build_share", "finish_round", "layout_for", "make_optimizer", "personal_entries", "refuse_delta_aggregator",
+    "build_share", "finish_round", "layout_for", "make_optimizer", "personal_entries", "plan_split_job",
+    "refuse_delta_aggregator",
     "remember", "round_rule", "server_state", "split_layout", "stage_names", "stages_of", "stale_metrics",
     "staleness_weight", "take_rule", "tiny_vit_check_plan", "train_split",
 ]

@@ -30,9 +30,10 @@ from fedcore import RoundContext, RunContext
 from fedcore.errors import ConfigError
 from fedcore.rng import numpy_generator
 from fedcore.settings import setting
-from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, ClientUpdate, Share
+from fedcore.types import AggregateResult, ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Share
 from fedcore_split.endpoint import ServerRule
 from fedcore_split.finish import finish_round, stale_metrics
+from fedcore_split.plan import plan_split_job
 from fedcore_split.rules import FrozenServer, SequentialServer, ServerCopies
 from fedcore_split.share import build_share, remember
 from fedcore_split.stages import split_layout
@@ -172,6 +173,15 @@ class SplitTrain:
                               keep_optimizer=state if self.keep_optimizer else None)
         remember(share, state)
         return ClientUpdate.from_share(share, num_examples=len(data), metrics=metrics)
+
+    @fedcore.hookimpl
+    def fedcore_plan_job(self, client: ClientInfo, share: Share, samples: int, example: Any, ctx: RoundContext
+                         ) -> JobPlan | None:
+        """The per-batch messages :func:`train_split` will send (:func:`fedcore_split.plan.plan_split_job`)."""
+        if share.endpoint is None:
+            return None
+        return plan_split_job(share, samples, example, epochs=self.epochs, batch_size=self.batch_size,
+                              bottom_grad=self.bottom_grad)
 
 
 @attrs.define(kw_only=True)

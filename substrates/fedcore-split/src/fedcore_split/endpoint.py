@@ -108,6 +108,10 @@ class ServerRule:
     def on_losses(self, session: Session, losses: Sequence[float]) -> None:
         """The client's losses for the outputs of :meth:`loss_queries`."""
 
+    def planned_queries(self, final: bool, step: int) -> int:
+        """How many outputs :meth:`loss_queries` will return after batch ``step`` (1-based), for a dry run."""
+        return 0
+
     def on_commit(self, session: Session) -> None:
         """The client finished its local update without raising."""
 
