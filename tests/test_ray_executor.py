@@ -94,7 +94,7 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
     assert [r["test_accuracy"] for r in runs["inline"][0].history] == [r["test_accuracy"] for r in runs["ray"][0].history]
 
 
-def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(local_ray):
+def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(ray_cluster):
     """Under Ray each worker's cohort decides ``on_cpu = "auto"`` (this machine's cached probe, or a probe whose
     first writer wins); the choice reaches the run's record with the updates, later waves replay it, and the
     history counts the clients trained vectorised on the workers."""
