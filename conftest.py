@@ -79,11 +79,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"checks:{item.path.name}:{component}"))
     # Scheduling order (scripts/dev runs xdist with --no-loadscope-reorder, so groups go out in this order):
     # modules of the harness groups first (the Ray group is the longest chain of the run), then the other modules
-    # holding integration tests, then the rest; stable, so modules stay whole and in their own order.
+    # holding integration or slow tests, then the rest; stable, so modules stay whole and in their own order.
     rank: dict[object, int] = {}
     for item in items:
         harness = any(m.args and m.args[0] in HARNESS_GROUPS.values() for m in item.iter_markers("xdist_group"))
-        own = 0 if harness else 1 if item.get_closest_marker("integration") else 2
+        long = item.get_closest_marker("integration") or item.get_closest_marker("slow")
+        own = 0 if harness else 1 if long else 2
         rank[item.path] = min(rank.get(item.path, 2), own)
     items.sort(key=lambda item: rank[item.path])
 

@@ -3,8 +3,12 @@
 Each figure names its source, the published number and the tolerance: the spec's where it states one (spec 002
 §4.4: +-2 %), otherwise the rounding of the published number (``22 M`` is 21.5 M to 22.5 M). FLOPs: torch's
 counter counts 2 per multiply-accumulate; the papers' "FLOPs" for ViTs and ResNets are multiply-accumulates (MACs).
-Every config also passes its smoke run (the ViT-B-sized ones are marked ``slow``: a step of ViT-B on one CPU
-thread takes seconds, its server distillation and evaluation tens of seconds).
+Every config also passes its smoke run (a step of ViT-B on one CPU thread takes seconds, its server distillation
+and evaluation tens of seconds).
+
+Every test here is ``slow`` (docs/testing.md): each dry run builds a paper's architectures (ViT-B, DeiT-S,
+ResNet-109, CLIP) on the meta device, each smoke run builds one for real; about a minute of CPU in all, which the
+quick loop leaves to the full suite. One xdist worker runs the module, so each paper's dry run is made once.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from fedcore.experiment.smoke_run import smoke
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "examples" / "paper"
 KIB, GIB = 2 ** 10, 2 ** 30
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper-costs")]  # ``planned`` is cached per process
 
 
 @cache
@@ -164,7 +170,6 @@ def test_paper_config_passes_its_smoke_run(name):
     assert outcome.params == planned(name).model["params"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fedvkd_cifar10", "fedvkd_imagenet", "fedavg-vit_cifar10", "promptfl_caltech101"])
 def test_vit_b_paper_config_passes_its_smoke_run(name):
     """ViT-B-sized: labels folded onto 10 classes (a CLIP text tower encodes every class name at every step)."""
