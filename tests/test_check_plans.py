@@ -76,6 +76,7 @@ def test_bad_declarations_are_refused():
         CheckPlan(presets=[FedAvg])
 
 
+@pytest.mark.integration
 def test_an_expected_failure_that_passes_fails_the_run(tmp_path):
     """A stale declaration is an XPASS(strict): the run fails until the declaration is removed."""
     (tmp_path / "test_stale.py").write_text(textwrap.dedent('''

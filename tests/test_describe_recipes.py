@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import fedcore
 from fedcore.cli import main
 from fedcore.describe import describe_name
@@ -61,6 +63,7 @@ def test_describe_name_of_a_prompt_recipe_matches_its_pipeline():
     assert type(pipe.provider("split")).__name__ == "PromptShare" and info["slots"]["split"] == "prompt-share"
 
 
+@pytest.mark.integration
 def test_python_m_fedcore_describes_a_recipe():
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "fedavg"], capture_output=True, text=True,

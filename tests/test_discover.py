@@ -63,6 +63,7 @@ def test_describe_unknown_name_is_one_line_with_close_matches(capsys):
     assert rc == 2 and "--set applies to a config file" in err
 
 
+@pytest.mark.integration
 def test_python_dash_m_fedcore_is_the_command():
     """... and answering about one name imports every installed plugin but none of the heavy libraries (timm,
     peft, open_clip, ray, torchvision, datasets, matplotlib, ...): they load where a component is built."""

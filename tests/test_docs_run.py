@@ -253,7 +253,10 @@ class Page:
 _pages: dict[str, Page] = {}
 
 
-@pytest.mark.parametrize("step", ALL_STEPS, ids=[s.id for s in ALL_STEPS])
+# one xdist group per page: a page's steps share its namespace and run in order on one worker
+@pytest.mark.parametrize("step", [pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(f"docs:{s.block.page}"))
+                                  for s in ALL_STEPS])
+@pytest.mark.slow
 def test_doc_step(step: Step, tmp_path_factory: pytest.TempPathFactory) -> None:
     if step.kind == "not-code":
         looks = [line for line in step.text.splitlines() if LOOKS_LIKE_CODE.match(line)]
@@ -333,6 +336,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.integration
 def test_hooks_md_plugin_installs_and_runs(tmp_path: Path) -> None:
     page = "docs/hooks.md"
     files = [b for b in blocks(page) if b.names_file]

@@ -174,6 +174,7 @@ def test_memory_components_match_a_real_step():
     assert mem["activations"] == pytest.approx(sum(saved.values()), rel=0.01)  # measured at batches 1 and 2
 
 
+@pytest.mark.slow  # a dry run of every installed recipe's config: ~10 s of CPU
 def test_every_recipe_gets_a_plan_or_a_one_line_refusal():
     torch.set_num_threads(1)
     planned, refused = [], []

@@ -36,6 +36,7 @@ def many_clients_engine(schedule, *extra, clients=CLIENTS, rounds=3):
                   num_clients=clients, rounds=rounds, seed=0)
 
 
+@pytest.mark.slow
 def test_ten_thousand_clients_run_three_rounds_within_two_kib_each():
     many_clients_engine(UniformSync(), clients=4, rounds=1).run()  # torch's lazy imports are not the engine's memory
     gc.collect()

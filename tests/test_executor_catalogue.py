@@ -1,5 +1,9 @@
 """Executors and config tables come from the catalogue: a third-party distribution, built and pip-installed into
-tmp_path, adds an executor and a config table by name, and a config naming them runs in a fresh interpreter."""
+tmp_path, adds an executor and a config table by name, and a config naming them runs in a fresh interpreter.
+
+Every ``fedcore`` command these tests give runs in one fresh interpreter (``cli``: each command's exit status,
+stdout and stderr, as ``python -m fedcore`` would give them), like tests/test_plugins_catalogue.py's scenarios:
+importing fedcore and discovering the plugins costs seconds per interpreter."""
 from __future__ import annotations
 
 import json
@@ -9,10 +13,13 @@ import subprocess
 import sys
 import textwrap
 
+import attrs
 import pytest
 import tomllib
 
 import fedcore
+
+pytestmark = pytest.mark.xdist_group("executor-catalogue")  # the installed distribution and its one interpreter
 
 PLUGIN = '''
 """A third-party executor that logs every job it runs, and a config table that labels the run."""
@@ -86,29 +93,61 @@ def make_dist(root: Path) -> Path:
     return d
 
 
+DRIVER = """
+import contextlib, io, json, sys
+from fedcore.cli import main
+answers = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    answers.append({"returncode": status, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(answers))
+"""
+
+
+@attrs.frozen
+class Answer:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def cli(tmp_path_factory) -> tuple[Path, dict[str, Answer]]:
+    """(the directory the commands ran in, command name -> its answer): the distribution pip-installed into
+    ``site``, then every command below in one ``python`` with ``PYTHONPATH=site``."""
     root = tmp_path_factory.mktemp("exec-dist")
     target = root / "site"
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
            "--target", str(target), str(make_dist(root))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return target
-
-
-def fedcore_cli(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    work = root / "work"
+    work.mkdir()
+    (work / "run.toml").write_text(CONFIG.replace("LOG", str(work / "jobs.jsonl")))
+    (work / "bad-label.toml").write_text(CONFIG.replace('text = "hello"', "text = 3"))
+    (work / "bad-executor.toml").write_text(CONFIG.replace('name = "logging"', 'name = "loging"'))
+    commands = {
+        "run": ["run", str(work / "run.toml"), "--out", str(work / "run"), "--progress", "none"],
+        "describe": ["describe", "logging", "--json"],
+        "bad-label": ["describe", str(work / "bad-label.toml")],
+        "bad-executor": ["describe", str(work / "bad-executor.toml")],
+    }
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEDCORE_")}
-    env["PYTHONPATH"] = str(site)
-    return subprocess.run([sys.executable, "-m", "fedcore", *argv], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300)
+    env["PYTHONPATH"] = str(target)
+    child = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(list(commands.values()))], capture_output=True,
+                           text=True, env=env, cwd=work, timeout=300)
+    assert child.returncode == 0, child.stderr
+    answers = json.loads(child.stdout.strip().splitlines()[-1])
+    return work, {name: Answer(**a) for name, a in zip(commands, answers)}
 
 
-def test_a_third_party_executor_and_table_run_by_name(site, tmp_path):
+@pytest.mark.integration
+def test_a_third_party_executor_and_table_run_by_name(cli):
+    tmp_path, answers = cli
     log = tmp_path / "jobs.jsonl"
-    config = tmp_path / "run.toml"
-    config.write_text(CONFIG.replace("LOG", str(log)))
-    proc = fedcore_cli(site, tmp_path, "run", str(config), "--out", str(tmp_path / "run"), "--progress", "none")
+    proc = answers["run"]
     assert proc.returncode == 0, proc.stderr
     jobs = [json.loads(line) for line in log.read_text().splitlines()]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -118,7 +157,7 @@ def test_a_third_party_executor_and_table_run_by_name(site, tmp_path):
     resolved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
     assert resolved["executor"] == {"name": "logging", "log": str(log)} and resolved["label"] == {"text": "hello"}
 
-    described = fedcore_cli(site, tmp_path, "describe", "logging", "--json")
+    described = answers["describe"]
     assert described.returncode == 0, described.stderr
     info = json.loads(described.stdout)
     assert (info["kind"], info["plugin"], info["distribution"], info["version"]) == ("executor", "fcexec", "fc-exec",
@@ -127,13 +166,12 @@ def test_a_third_party_executor_and_table_run_by_name(site, tmp_path):
                                  "help": ""}]
 
 
-def test_a_plugin_table_is_checked_and_unknown_executors_list_the_registered_ones(site, tmp_path):
-    config = tmp_path / "run.toml"
-    config.write_text(CONFIG.replace('text = "hello"', "text = 3"))
-    bad = fedcore_cli(site, tmp_path, "describe", str(config))
+@pytest.mark.integration
+def test_a_plugin_table_is_checked_and_unknown_executors_list_the_registered_ones(cli):
+    _, answers = cli
+    bad = answers["bad-label"]
     assert bad.returncode == 2 and bad.stderr.strip() == "fedcore: error: label.text must be a string"
-    config.write_text(CONFIG.replace('name = "logging"', 'name = "loging"'))
-    bad = fedcore_cli(site, tmp_path, "describe", str(config))
+    bad = answers["bad-executor"]
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("fedcore: error: executor = 'loging': unknown executor 'loging' (did you mean "
                                   "logging?); choose one of: inline, logging, ray, threads")

@@ -1,13 +1,14 @@
-"""The issue's done-when, for real: install the core and the example plugin into a fresh virtual environment,
-run a federated job by the plugin's component name, uninstall the plugin, get "unknown component, choose one of";
-and install the core alone, where timm, peft and open_clip cannot be imported, and run the README's demo.
+"""The issue's done-when, for real: install the core alone into a fresh virtual environment, where timm, peft and
+open_clip cannot be imported, and run the README's demo; install the example plugin next to it, run a federated job
+by the plugin's component name, uninstall the plugin, get "unknown component, choose one of".
 
-The fresh venv has no pip and no packages of its own. Third-party packages (torch, pluggy, ...) come from the dev
-environment through a ``.pth`` file listing a *filtered view* of its site-packages directories: a directory of
-symlinks that leaves out fedcore's, the substrates' and the plugins' (editable) installs and every ``.pth`` file,
-so nothing from the checkout is importable except what pip installs here; for the core-only venv it also leaves
-out timm, peft and open_clip. fedcore and fedcore-robust are copied out of the checkout and installed from source
-(``--no-deps --no-build-isolation``, pip and setuptools from the dev environment).
+The suite's one fresh venv (``core_only``, built once per run; every test here runs on one xdist worker) has no pip
+and no packages of its own. Third-party packages (torch, pluggy, ...) come from the dev environment through a
+``.pth`` file listing a *filtered view* of its site-packages directories: a directory of symlinks that leaves out
+fedcore's, the substrates' and the plugins' (editable) installs, every ``.pth`` file, and timm, peft and open_clip,
+so nothing from the checkout is importable except what pip installs here. fedcore is installed from a copy of the
+checkout and fedcore-robust from tests/fixtures/ (``--no-deps --no-build-isolation``, pip and setuptools from the
+dev environment); the plugin test uninstalls what it installed, leaving the venv core-only.
 """
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ import textwrap
 
 import pytest
 
+from fedcore.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fresh-venv")]  # one venv for the module's tests
 
 JOB = textwrap.dedent("""
     import json, sys
@@ -87,49 +92,6 @@ def _copy_source(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_install_run_by_name_uninstall(tmp_path):
-    py, fresh_site, env = fresh_venv(tmp_path)
-    venv = py.parents[1]
-    dev_deps_view(tmp_path / "deps", fresh_site)
-    probe = _run([str(py), "-c", "import fedcore"], tmp_path, env)
-    assert "ModuleNotFoundError: No module named 'fedcore'" in probe.stderr, "the fresh venv must start without fedcore"
-
-    core = _copy_source(ROOT / "fedcore", tmp_path / "src" / "core" / "fedcore").parent
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / f, core / f)
-    # fedcore-robust exactly as a third party wrote it against the 0.1 public API (frozen: tests/fixtures/)
-    plugin = _copy_source(ROOT / "tests" / "fixtures" / "fedcore-robust-0.1.0", tmp_path / "src" / "fedcore-robust")
-    install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    str(core), str(plugin)], tmp_path, env)
-    assert install.returncode == 0, install.stderr
-
-    job = _run([str(py), "-c", JOB], tmp_path, env)
-    assert job.returncode == 0, job.stderr
-    out = json.loads(job.stdout.strip().splitlines()[-1])
-    assert out["fedcore"].startswith(str(venv)) and out["plugin"].startswith(str(venv))  # not the checkout
-    assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"] and out["plugins"]["builtin"] == ["fedcore", "0.1.0"]
-    assert out["manifest"]["aggregate"] == "trimmed-mean"
-    assert len(out["acc"]) == 2 and out["acc"][-1] > 0.2  # 10 classes: chance is 0.1
-
-    uninstall = _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
-    assert uninstall.returncode == 0, uninstall.stderr
-    gone = _run([str(py), "-c", JOB], tmp_path, env)
-    assert gone.returncode != 0
-    last = gone.stderr.strip().splitlines()[-1]
-    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean' for slot "
-                           "'aggregate'"), gone.stderr
-    choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
-    assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
-    assert note == "builtin (fedcore 0.1.0))" and "median" not in last
-
-    # a first-party method plugin that is not installed: one line naming the package to install
-    first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],
-                       tmp_path, env)
-    assert first_party.stderr.strip().splitlines()[-1] == (
-        "fedcore.errors.UnknownComponentError: unknown component 'fedv' for slot 'aggregate': it is provided by the "
-        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party.stderr
-
-
 # -- the core alone: no timm, no peft, no open_clip, no substrate or plugin ------------------------------------
 
 LEFT_OUT = ("timm", "peft", "open_clip")
@@ -143,9 +105,12 @@ def _repo_copy(dst: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def core_only(tmp_path_factory):
+    """The fresh venv with the core installed from a copy of the checkout: (its python, the copy, the env)."""
     tmp = tmp_path_factory.mktemp("core-only")
     py, fresh_site, env = fresh_venv(tmp)
     dev_deps_view(tmp / "deps", fresh_site, leave_out=LEFT_OUT)
+    probe = _run([str(py), "-c", "import fedcore"], tmp, env)
+    assert "ModuleNotFoundError: No module named 'fedcore'" in probe.stderr, "the fresh venv must start without fedcore"
     repo = _repo_copy(tmp / "repo")
     install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "./"],
                    repo, env)
@@ -184,12 +149,12 @@ def test_core_only_venv_has_no_timm_peft_open_clip_substrate_or_plugin(core_only
     assert found["torch"] and found["pluggy"] and found["fedcore"].startswith(str(py.parents[1]))  # installed, not the checkout
 
 
-def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_only, tmp_path):
+def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_only, tmp_path, monkeypatch, capsys):
     run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--out", str(tmp_path / "core"))
     assert run.returncode == 0, run.stderr
-    full = _run([sys.executable, "-m", "fedcore.cli", "run", "examples/fedavg_dirichlet.toml", "--out",
-                 str(tmp_path / "full")], ROOT, dict(os.environ, FEDCORE_CACHE=str(tmp_path / "cache")))
-    assert full.returncode == 0, full.stderr
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "cache"))  # the dev environment: this process
+    assert main(["run", str(ROOT / "examples" / "fedavg_dirichlet.toml"), "--out", str(tmp_path / "full"),
+                 "--progress", "none"]) == 0
 
     def history(run_dir: Path) -> list[dict]:
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -221,3 +186,48 @@ def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only
     old = _python(core_only, "import fedcore.lora")
     assert old.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: fedcore.lora moved to fedcore_lora, which is not installed: pip install fedcore-lora")
+
+
+# -- the plugin: installed next to the core, run by name, uninstalled ------------------------------------------
+
+
+def test_install_run_by_name_uninstall(core_only, tmp_path):
+    py, _, env = core_only
+    venv = py.parents[1]
+    # fedcore-robust exactly as a third party wrote it against the 0.1 public API (frozen: tests/fixtures/)
+    plugin = _copy_source(ROOT / "tests" / "fixtures" / "fedcore-robust-0.1.0", tmp_path / "src" / "fedcore-robust")
+    install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    str(plugin)], tmp_path, env)
+    assert install.returncode == 0, install.stderr
+    uninstalled = False
+    try:
+        job = _run([str(py), "-c", JOB], tmp_path, env)
+        assert job.returncode == 0, job.stderr
+        out = json.loads(job.stdout.strip().splitlines()[-1])
+        assert out["fedcore"].startswith(str(venv)) and out["plugin"].startswith(str(venv))  # not the checkout
+        assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"]
+        assert out["plugins"]["builtin"] == ["fedcore", "0.1.0"]
+        assert out["manifest"]["aggregate"] == "trimmed-mean"
+        assert len(out["acc"]) == 2 and out["acc"][-1] > 0.2  # 10 classes: chance is 0.1
+
+        uninstall = _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
+        uninstalled = uninstall.returncode == 0
+        assert uninstalled, uninstall.stderr
+    finally:  # the venv is the module's: leave it core-only whatever failed
+        if not uninstalled:
+            _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
+    gone = _run([str(py), "-c", JOB], tmp_path, env)
+    assert gone.returncode != 0
+    last = gone.stderr.strip().splitlines()[-1]
+    assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean' for slot "
+                           "'aggregate'"), gone.stderr
+    choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
+    assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
+    assert note == "builtin (fedcore 0.1.0))" and "median" not in last
+
+    # a first-party method plugin that is not installed: one line naming the package to install
+    first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],
+                       tmp_path, env)
+    assert first_party.stderr.strip().splitlines()[-1] == (
+        "fedcore.errors.UnknownComponentError: unknown component 'fedv' for slot 'aggregate': it is provided by the "
+        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party.stderr

@@ -90,6 +90,7 @@ def test_the_scan_allows_what_the_core_may_do():
     assert violations(ok, "fedcore/x.py") == []
 
 
+@pytest.mark.integration
 def test_importing_every_core_module_loads_no_substrate_plugin_or_optional_backbone_library():
     code = textwrap.dedent("""
         import importlib, pkgutil, sys

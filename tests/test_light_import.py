@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import textwrap
 
+import pytest
+
 from fedcore.testing import HEAVY_LIBRARIES, heavy_imports
 from fedcore.testing.light_import import MARK, imported_heavy
 
@@ -40,6 +42,7 @@ def test_only_what_follows_the_mark_counts():
     assert set(HEAVY_LIBRARIES) >= {"timm", "peft", "open_clip", "ray", "torchvision", "datasets", "matplotlib"}
 
 
+@pytest.mark.integration
 def test_a_light_plugin_passes_and_a_heavy_one_is_named(tmp_path, monkeypatch):
     """One fresh interpreter for both: the worked-example plugin is light; a registration module whose component
     module imports the (stand-in) heavy library at its top is named with that module."""

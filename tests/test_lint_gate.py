@@ -18,6 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.integration  # each test runs scripts/lint or scripts/dev (bash, ruff, mypy)
+
 CLEAN = '''"""A module that passes ruff and mypy."""
 
 
@@ -62,42 +64,85 @@ def test_lint_fails_on_a_planted_error(tmp_path, planted, reported):
 
 
 def _stand_in_venv(tmp_path: Path) -> Path:
-    """A venv whose ``python`` only appends its arguments to $CALLS and fails ruff when $RUFF_RC says so."""
+    """A venv whose ``python`` only appends its arguments to $CALLS and fails ruff when $RUFF_RC says so; asked
+    whether it holds the checkout (``scripts/installed_here.py``), it answers $HELD_RC, naming $STRAYS."""
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
     python = venv / "bin" / "python"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n'
+    python.write_text('#!/usr/bin/env bash\n'
+                      'case "$1" in scripts/installed_here.py) echo "-m installed_here" >> "$CALLS"; '
+                      '[ -n "${STRAYS:-}" ] && echo "$STRAYS"; exit "${HELD_RC:-0}" ;; esac\n'
+                      'echo "$* ${MYPY_CACHE_DIR:+(MYPY_CACHE_DIR=$MYPY_CACHE_DIR)}'
+                      '${PYTHONDONTWRITEBYTECODE:+(PYTHONDONTWRITEBYTECODE)}" >> "$CALLS"\n'
                       'case "$*" in *"-m ruff"*) exit "${RUFF_RC:-0}" ;; esac\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return venv
 
 
-def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0) -> tuple[int, list[str]]:
+def _dev_test(tmp_path: Path, *args: str, ruff_rc: int = 0, held_rc: int = 0, strays: str = ""
+              ) -> tuple[int, list[str], list[str]]:
     calls = tmp_path / "calls.txt"
     calls.write_text("")
     venv = _stand_in_venv(tmp_path)
     env = {**os.environ, "FEDCORE_VENV": str(venv), "FEDCORE_ENV_ROOT": str(tmp_path / "env"), "CALLS": str(calls),
-           "RUFF_RC": str(ruff_rc)}
+           "RUFF_RC": str(ruff_rc), "HELD_RC": str(held_rc), "STRAYS": strays, "PYTHONDONTWRITEBYTECODE": "1"}
     (tmp_path / "env").mkdir(exist_ok=True)
     result = subprocess.run(["bash", str(ROOT / "scripts" / "dev"), "test", *args], env=env, capture_output=True,
                             text=True, timeout=120)
-    steps = [line.split()[1] for line in calls.read_text().splitlines()]  # "-m pip ...", "-m ruff ..." -> module
-    return result.returncode, steps
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "-m installed_here", lines  # the environment is asked first, every time
+    lines = lines[1:]
+    steps = [line.split()[1] for line in lines]  # "-m pip ...", "-m ruff ..." -> module
+    return result.returncode, steps, lines
 
 
-def test_bare_dev_test_runs_ruff_and_mypy_before_pytest(tmp_path):
-    rc, steps = _dev_test(tmp_path)
+def test_bare_dev_test_runs_ruff_and_mypy_before_the_whole_suite_on_every_core(tmp_path):
+    rc, steps, lines = _dev_test(tmp_path)
     assert rc == 0
     assert steps == ["pip", "ruff", "mypy", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-n", "auto", "--dist", "loadgroup",
+                                 "--no-loadscope-reorder"]  # everything, no -m filter
+    # mypy's cache lives in the environment, so a fresh clone of the checkout type-checks warm
+    assert lines[2].endswith(f"(MYPY_CACHE_DIR={tmp_path / 'venv' / '.mypy_cache'})")
 
 
 def test_a_failing_lint_stops_the_suite(tmp_path):
-    rc, steps = _dev_test(tmp_path, ruff_rc=1)
+    rc, steps, _ = _dev_test(tmp_path, ruff_rc=1)
     assert rc != 0
     assert steps == ["pip", "ruff"]
 
 
+def test_quick_lints_then_runs_all_but_the_integration_and_slow_tests_on_every_core(tmp_path):
+    rc, steps, lines = _dev_test(tmp_path, "--quick")
+    assert rc == 0
+    assert steps == ["pip", "ruff", "mypy", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
+                                 "--dist", "loadgroup", "--no-loadscope-reorder"]
+    rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
+    assert rc == 0 and steps == ["pytest"]  # this environment already holds this checkout's packages: no pip
+    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
+                                 "--dist", "loadgroup", "--no-loadscope-reorder", "tests/test_x.py", "-x"]
+
+
+def test_flags_alone_run_the_whole_suite_on_every_core_without_lint(tmp_path):
+    rc, steps, lines = _dev_test(tmp_path, "--durations=30", "-x")
+    assert rc == 0 and steps == ["pip", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "-n", "auto", "--dist", "loadgroup", "--no-loadscope-reorder",
+                                 "--durations=30", "-x"]
+    assert "(PYTHONDONTWRITEBYTECODE)" not in lines[-1]  # the tests write bytecode: rewritten modules are cached
+
+
+def test_an_environment_holding_another_checkout_is_reinstalled_whatever_the_stamp_says(tmp_path):
+    """The stamp matches (the first call wrote it), but the environment's editables are not this checkout's."""
+    assert _dev_test(tmp_path, "tests/test_x.py")[1] == ["pip", "pytest"]
+    assert _dev_test(tmp_path, "tests/test_x.py")[1] == ["pytest"]  # held, stamp matches: no pip
+    rc, steps, lines = _dev_test(tmp_path, "tests/test_x.py", held_rc=1, strays="fedcore-extra")
+    assert rc == 0 and steps == ["pip", "pip", "pytest"]
+    assert lines[0].startswith("-m pip uninstall -y -q fedcore-extra") and " -e . " in lines[1]
+
+
 def test_dev_test_with_arguments_runs_only_pytest(tmp_path):
-    rc, steps = _dev_test(tmp_path, "tests/test_x.py")
+    rc, steps, lines = _dev_test(tmp_path, "tests/test_x.py")
     assert rc == 0
     assert steps == ["pip", "pytest"]
+    assert lines[-1].split() == ["-m", "pytest", "tests/test_x.py"]  # as given: one process, no -n

@@ -66,6 +66,7 @@ def _run(tmp_path, name, capsys, *, model="micro-vit-pretrained", classes="class
     return code, err, rows
 
 
+@pytest.mark.slow
 def test_micro_vit_pretrained_by_name_through_fedcore_run(cache, capsys):
     """One core name, ``micro-vit-pretrained``; the safedlora name is an alias giving the same run."""
     import fedcore
@@ -103,6 +104,7 @@ print(info["path"])
 """
 
 
+@pytest.mark.integration
 def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path):
     """Each build in its own process with its own thread count (before the fix these weights differed)."""
     import os

@@ -193,6 +193,7 @@ model = { name = "timm", arch = "deit_small_patch16_224", pretrained = true }
 """
 
 
+@pytest.mark.integration
 def test_fedcore_run_offline_with_an_empty_cache_says_one_line(tmp_path):
     """The real environment variables, read by huggingface_hub when it is imported (hence a fresh process)."""
     path = tmp_path / "deit.toml"

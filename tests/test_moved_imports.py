@@ -115,6 +115,7 @@ def test_unmoved_names_are_left_to_the_normal_finders():
     assert _moved.MovedFinder().find_spec("numpy") is None
 
 
+@pytest.mark.integration
 def test_python_dash_m_on_an_old_module_path_runs_the_new_module():
     out = subprocess.run([sys.executable, "-m", "fedcore.prompt.pretrain", "--help"], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)

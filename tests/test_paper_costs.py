@@ -8,6 +8,10 @@ tolerance: the spec's where it states one (spec 002 §4.4: +-2 %), otherwise the
 ViTs and ResNets are multiply-accumulates (MACs). The smoke runs of the models of 86 M parameters and more (ViT-B,
 CLIP, timm's VGG11 with its ImageNet classifier) are marked ``slow``: a step on one CPU thread takes seconds, a
 distillation server or a CLIP text tower tens of seconds, and VGG11's tree holds 4 GB.
+
+Every test here is ``slow`` (docs/testing.md): each dry run builds a paper's architectures on the meta device,
+each smoke run builds one for real, which the quick loop leaves to the full suite. One xdist worker runs the
+module, so each paper's dry run is made once.
 """
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ def costs_table():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("paper-costs")]  # ``planned`` is cached per process
 
 
 @cache
@@ -245,6 +251,10 @@ def test_paper_config_passes_its_smoke_run(name):
 def test_safedlora_lora_stage_passes_its_smoke_run():
     """The Swin-T config's second stage: peft LoRA adapters on timm Swin-T's block linears, rank 12, trained and
     sent with the head (the config's own smoke run is stage 1, the whole model)."""
+
+Every test here is ``slow`` (docs/testing.md): each dry run builds a paper's architectures on the meta device,
+each smoke run builds one for real, which the quick loop leaves to the full suite. One xdist worker runs the
+module, so each paper's dry run is made once.
     torch.set_num_threads(1)
     outcome = smoke(plan(load_config(PAPER / "safedlora_cifar10.toml", ["pipeline.plugins.0.t1_rounds=0"])))
     assert outcome.ok, outcome.problem

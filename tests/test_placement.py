@@ -194,6 +194,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.integration
 def test_ray_workers_train_on_fractional_gpus():
     pytest.importorskip("ray")
     from fedcore.engine.ray_executor import RayExecutor

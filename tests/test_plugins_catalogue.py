@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("plugins-catalogue")  # one build of the distributions, one probe interpreter
+
 PROBE = textwrap.dedent("""
     import json, os, sys
     import fedcore
@@ -125,6 +127,7 @@ def out(tmp_path_factory) -> dict:
     ])
 
 
+@pytest.mark.integration
 def test_installed_plugins_are_discovered_with_their_distribution(out):
     res = out["default"]
     alpha = res["plugins"]["alpha"]
@@ -133,6 +136,7 @@ def test_installed_plugins_are_discovered_with_their_distribution(out):
     assert res["alpha-agg"] == res["beta-agg"] == "ok:Agg" and res["fedavg"] == "ok:FedAvg"
 
 
+@pytest.mark.integration
 def test_a_broken_plugin_is_recorded_and_fails_only_when_asked_for(out):
     res = out["default"]
     broken = res["plugins"]["broken"]
@@ -150,6 +154,7 @@ def test_a_broken_plugin_is_recorded_and_fails_only_when_asked_for(out):
     assert "cause BrokenPluginError: plugins that failed to import: broken (fc-broken)" in res["no-such-thing"]
 
 
+@pytest.mark.integration
 def test_fedcore_plugins_limits_what_is_loaded(out):
     res = out["only-alpha"]
     assert set(res["plugins"]) == {"builtin", "alpha"}  # broken is not even imported
@@ -158,6 +163,7 @@ def test_fedcore_plugins_limits_what_is_loaded(out):
     assert set(out["alpha-beta"]["plugins"]) == {"builtin", "alpha", "beta"}
 
 
+@pytest.mark.integration
 def test_disable_plugin_autoload_keeps_only_the_builtins(out):
     res = out["disabled"]
     assert set(res["plugins"]) == {"builtin"}
@@ -165,6 +171,7 @@ def test_disable_plugin_autoload_keeps_only_the_builtins(out):
     assert out["disable-0"]["alpha-agg"] == "ok:Agg"
 
 
+@pytest.mark.integration
 def test_same_entry_point_name_from_two_distributions_names_both(out):
     msg = out["dup"]["plugins"]
     assert msg.startswith("PluginConflictError: plugin name 'dup' is offered by two distributions: ")
@@ -172,6 +179,7 @@ def test_same_entry_point_name_from_two_distributions_names_both(out):
     assert msg.endswith("uninstall one of them")
 
 
+@pytest.mark.integration
 def test_same_component_name_from_two_distributions_names_both(out):
     msg = out["clash"]["plugins"]
     assert msg.startswith("PluginConflictError: component name 'same-name' is registered by both ")

@@ -1,10 +1,11 @@
 """Where fedcore's Ray cluster listens, and a real two-node cluster joined through ``address=``.
 
-Both start Ray in a child process: the test process may already hold a Ray session (other test modules),
-and a driver joins one cluster per process. Nodes started here are stopped by their own process ids (their
-session directory and GCS address), never with ``ray stop``, which stops every Ray on the machine.
+The loopback check looks at the sockets of the run's one local Ray cluster (``ray_cluster``, tests/conftest.py:
+started by a RayExecutor that found no Ray running) while a run uses it. The two-node cluster is driven from a
+child process: a driver joins one cluster per process. Nodes started here are stopped by their own process ids
+(their session directory and GCS address), never with ``ray stop``, which stops every Ray on the machine.
 
-    pytest tests/test_ray_cluster.py            # both (the two-node test is marked slow: ~1-2 min)
+    pytest tests/test_ray_cluster.py            # both (the two-node test takes about a minute)
 """
 import ipaddress
 import json
@@ -20,7 +21,9 @@ import textwrap
 import pytest
 import torch
 
+from fedcore.builtin import AsyncSchedule
 from fedcore.errors import ConfigError
+from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -36,18 +39,22 @@ from fedcore.builtin import AsyncSchedule, BufferedSchedule, SemiAsyncSchedule, 
 from fedcore.runtime import Faults, ProfileAssignment, SimClock
 from fedcore.testing import ContractFixture, run_tiny_pipeline
 
-SCHEDULES = {"sync": lambda: UniformSync(fraction=0.6), "async": lambda: AsyncSchedule(concurrency=3),
-             "buffered": lambda: BufferedSchedule(buffer_size=2, concurrency=3),
-             "semi-async": lambda: SemiAsyncSchedule(mu=0.5, t_clk=0.005)}
+SCHEDULES = {
+    "sync-deadline": lambda: UniformSync(deadline=0.012),  # watches (~18 ms per job) miss it, phones (~7 ms) make it
+    "async": lambda: AsyncSchedule(concurrency=4),
+    "buffered": lambda: BufferedSchedule(buffer_size=2, concurrency=4),
+    "semi-async": lambda: SemiAsyncSchedule(mu=0.5, t_clk=0.005),
+}
 
 def job(name, executor=None):
-    return run_tiny_pipeline([SCHEDULES[name]()], rounds=3, fixture=ContractFixture(num_clients=6), executor=executor,
-                             clock=SimClock(), profiles=ProfileAssignment(weights={"watch": 1, "phone": 1}),
-                             faults=Faults(dropout_during=0.15))
+    return run_tiny_pipeline([SCHEDULES[name]()], rounds=4, fixture=ContractFixture(num_clients=6), executor=executor,
+                             clock=SimClock(), profiles=ProfileAssignment(weights={"watch": 2, "phone": 2, "laptop": 2}),
+                             faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
 
 def summary(result):
     return {"history": result.history.comparable(), "ledger": result.ledger.to_rows(),
-            "model": {k: v.flatten().tolist() for k, v in result.model.state_dict().items()}}
+            "model": {k: v.flatten().tolist() for k, v in result.model.state_dict().items()},
+            "participation": {c: s.rounds_participated for c, s in result.run.client_states.items()}}
 """
 
 
@@ -68,30 +75,24 @@ def test_bind_must_be_an_address_or_auto():
         RayExecutor(bind="everywhere")
 
 
-def test_the_local_cluster_fedcore_starts_listens_on_loopback_only():
-    code = JOB + """
-import psutil
-from fedcore.engine.ray_executor import RayExecutor
-seen = []
-def listening(row):
-    if seen:
-        return
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            conns = proc.net_connections(kind="inet")
-            name = proc.name()
-        except psutil.Error:
-            continue
-        seen.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
-                    for c in conns if c.status == psutil.CONN_LISTEN)
-run_tiny_pipeline([SCHEDULES["async"]()], rounds=2, fixture=ContractFixture(num_clients=4),
-                  executor=RayExecutor(num_workers=2, shutdown_on_close=True), on_round=listening)
-print("SOCKETS" + json.dumps(seen))
-"""
-    out = run_child(code)
-    assert out.returncode == 0, out.stderr[-3000:]
-    sockets = json.loads(out.stdout.split("SOCKETS", 1)[1])
+def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(ray_cluster):
+    sockets = []
+
+    def listening(row):
+        if sockets:
+            return
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:  # the cluster's servers, its workers and our actors
+            try:
+                conns = proc.net_connections(kind="inet")
+                name = proc.name()
+            except psutil.Error:
+                continue
+            sockets.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
+                           for c in conns if c.status == psutil.CONN_LISTEN)
+
+    run_tiny_pipeline([AsyncSchedule(concurrency=3)], rounds=2, fixture=ContractFixture(num_clients=4),
+                      executor=RayExecutor(num_workers=2), on_round=listening)
     processes = {s["process"] for s in sockets}
     assert {"gcs_server", "raylet"} <= processes, sockets  # Ray's servers were seen while the run was going
     exposed = [s for s in sockets if not loopback(s["address"])]
@@ -131,13 +132,18 @@ def stop_nodes(marks: list[str]) -> None:
             pass
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_two_node_cluster_on_loopback_gives_the_inline_history():
     """``ray start --head`` plus ``ray start --address=...``, one CPU and one temp dir each, joined by address=.
 
     The nodes take loopback addresses of their own (127.0.0.2 and 127.0.0.3: Ray swaps 127.0.0.1 for the
     machine's external address when a cluster may have several nodes) and a token (Ray's token
-    authentication), so no other process can use them while they run."""
+    authentication), so no other process can use them while they run.
+
+    Every scheduler, with the virtual clock pricing each finished job, device profiles and every kind of fault,
+    gives the inline executor's history, ledger, model and participation on it (this was also checked on a
+    one-node cluster by tests/test_ray_executor.py; one Ray run per scheduler is enough, and this one spans
+    two nodes)."""
     head_ip, worker_ip = "127.0.0.2", "127.0.0.3"
     try:
         port = free_port(head_ip)
@@ -179,10 +185,15 @@ print("RESULT" + json.dumps(out))
     namespace: dict = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    events = set()
     try:
         exec(JOB, namespace)
         for name in namespace["SCHEDULES"]:
-            inline = json.loads(json.dumps(namespace["summary"](namespace["job"](name))))
-            assert got[name] == inline, name
+            result = namespace["job"](name)
+            inline = json.loads(json.dumps(namespace["summary"](result)))
+            for part in ("history", "ledger", "model", "participation"):
+                assert got[name][part] == inline[part], (name, part)
+            events |= {k for r in result.history for k in ("dropout", "lost", "unavailable", "cancelled") if k in r}
     finally:
         torch.set_num_threads(threads)
+    assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised

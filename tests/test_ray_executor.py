@@ -1,26 +1,19 @@
-"""Ray executor: identical histories to the inline executor for every scheduler with faults; bad addresses fail fast."""
+"""Ray executor: bad addresses fail fast, split shares are refused, a wave is split into one cohort per worker.
+
+The tests taking ``ray_cluster`` share the run's one local Ray cluster (tests/conftest.py). That every scheduler,
+with faults and the virtual clock, gives the inline executor's history on Ray is checked on a two-node cluster in
+tests/test_ray_cluster.py, and with jobs priced at dispatch in tests/test_ray_parallel.py."""
 import time
 
 import pytest
 import torch
 
-from fedcore.builtin import AsyncSchedule, BufferedSchedule, SemiAsyncSchedule, UniformSync
+from fedcore.builtin import UniformSync
 from fedcore.errors import ConfigError
-from fedcore.runtime import Faults, ProfileAssignment, SimClock
 from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
 from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def test_unreachable_or_malformed_address_fails_before_any_work():
@@ -34,43 +27,7 @@ def test_unreachable_or_malformed_address_fails_before_any_work():
     assert time.perf_counter() - start < 10
 
 
-SCHEDULES = {
-    "sync-deadline": UniformSync(deadline=0.012),  # watches (~18 ms per job) miss it, phones (~7 ms) make it
-    "async": AsyncSchedule(concurrency=4),
-    "buffered": BufferedSchedule(buffer_size=2, concurrency=4),
-    "semi-async": SemiAsyncSchedule(mu=0.5, t_clk=0.005),
-}
-
-
-def job(schedule, executor=None):
-    fixture = ContractFixture(num_clients=6)
-    return run_tiny_pipeline(
-        [schedule], rounds=4, fixture=fixture, executor=executor, clock=SimClock(),
-        profiles=ProfileAssignment(weights={"watch": 2, "phone": 2, "laptop": 2}),
-        faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
-
-
-def test_every_scheduler_gives_identical_results_inline_and_on_ray(local_ray):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
-    events = set()
-    try:
-        for name, schedule in SCHEDULES.items():
-            inline = job(schedule)
-            distributed = job(schedule, RayExecutor(num_workers=2))
-            assert distributed.history.comparable() == inline.history.comparable(), name
-            assert distributed.ledger.to_rows() == inline.ledger.to_rows(), name
-            for k, v in inline.model.state_dict().items():
-                assert torch.equal(v, distributed.model.state_dict()[k]), (name, k)
-            states = {c: s.rounds_participated for c, s in distributed.run.client_states.items()}
-            assert states == {c: s.rounds_participated for c, s in inline.run.client_states.items()}
-            events |= {k for r in inline.history for k in ("dropout", "lost", "unavailable", "cancelled") if k in r}
-    finally:
-        torch.set_num_threads(threads)
-    assert events == {"dropout", "lost", "unavailable", "cancelled"}  # every kind of fault was exercised
-
-
-def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_ray):
+def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_cluster):
     from fedcore.models import micro_vit
     from fedcore.split import SplitFedV1
     from fedcore.testing import tiny_data
@@ -88,7 +45,7 @@ def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(local_r
     assert seen == []  # refused before any client trained or any round finished
 
 
-def test_ray_splits_a_wave_into_one_cohort_per_worker(local_ray):
+def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
     import sys
 
     import attrs
@@ -137,7 +94,7 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(local_ray):
     assert [r["test_accuracy"] for r in runs["inline"][0].history] == [r["test_accuracy"] for r in runs["ray"][0].history]
 
 
-def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(local_ray):
+def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(ray_cluster):
     """Under Ray each worker's cohort decides ``on_cpu = "auto"`` (this machine's cached probe, or a probe whose
     first writer wins); the choice reaches the run's record with the updates, later waves replay it, and the
     history counts the clients trained vectorised on the workers."""

@@ -4,7 +4,8 @@ The Ray executor's ``submit`` returns at once; the engine collects a job's resul
 (its arrival, a cancellation, a checkpoint, a read of the client's state). That is possible whenever the
 arrival order is known before the jobs finish: without a clock, or with a clock that prices a job at dispatch
 (``Clock.duration_at_dispatch``). With SimClock (priced from the finished job) tests/test_ray_executor.py
-covers the same four schedulers.
+covers the same four schedulers. Every test here runs on the run's one local Ray cluster (``ray_cluster``,
+tests/conftest.py).
 """
 import pytest
 import torch
@@ -15,7 +16,6 @@ from fedcore.runtime import ClockBase, Faults
 from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
-from fedcore.engine.ray_cluster import start_local_cluster  # noqa: E402
 from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
 
 
@@ -39,16 +39,6 @@ class CountingRay(RayExecutor):
         return handles
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        start_local_cluster(num_cpus=2)
-    yield
-    if started:
-        ray.shutdown()
-
-
 SCHEDULES = {
     "sync-deadline": lambda: UniformSync(deadline=0.012),
     "async": lambda: AsyncSchedule(concurrency=4),
@@ -64,7 +54,7 @@ def job(schedule, clock, executor=None):
 
 @pytest.mark.parametrize("clocked, names", [(True, tuple(SCHEDULES)), (False, ("async", "buffered"))],
                          ids=["clock-at-dispatch", "no-clock"])
-def test_parallel_ray_gives_the_inline_history_under_every_scheduler(local_ray, clocked, names):
+def test_parallel_ray_gives_the_inline_history_under_every_scheduler(ray_cluster, clocked, names):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
     events = set()
@@ -90,7 +80,7 @@ def test_parallel_ray_gives_the_inline_history_under_every_scheduler(local_ray, 
 
 @pytest.mark.parametrize("schedule", [AsyncSchedule(concurrency=4), BufferedSchedule(buffer_size=2, concurrency=4)],
                          ids=["async", "buffered"])
-def test_every_job_in_flight_is_running_when_a_replacement_is_submitted(local_ray, schedule):
+def test_every_job_in_flight_is_running_when_a_replacement_is_submitted(ray_cluster, schedule):
     executor = CountingRay(num_workers=2)
     run_tiny_pipeline([schedule], rounds=6, fixture=ContractFixture(num_clients=10), executor=executor,
                       clock=DeviceTimes())
@@ -106,7 +96,7 @@ class Stop(Exception):
     pass
 
 
-def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(local_ray, tmp_path):
+def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(ray_cluster, tmp_path):
     from fedcore.engine.checkpoint import Checkpointer
 
     def crash_after_round_3(row):

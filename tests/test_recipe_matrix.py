@@ -27,6 +27,8 @@ SCHEDULERS = [s for s in os.environ.get("FEDCORE_MATRIX_SCHEDULERS", ",".join(ma
 CELLS: dict[tuple[str, str], matrix.Cell] = {}
 """Cells already run in this session (the docs check reuses them instead of running the matrix twice)."""
 
+pytestmark = pytest.mark.xdist_group("recipe-matrix")  # under xdist: one worker runs the cells and the docs check
+
 
 def cell(recipe: str, scheduler: str) -> matrix.Cell:
     if (recipe, scheduler) not in CELLS:
@@ -36,6 +38,7 @@ def cell(recipe: str, scheduler: str) -> matrix.Cell:
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("recipe", matrix.installed_recipes())
+@pytest.mark.slow
 def test_cell_works_or_is_refused_in_one_line(recipe, scheduler):
     c = cell(recipe, scheduler)
     assert c.status in ("works", "refused"), f"{recipe} under {scheduler}: {c.detail}"
@@ -47,6 +50,7 @@ def test_cell_works_or_is_refused_in_one_line(recipe, scheduler):
 
 
 @pytest.mark.skipif(SCHEDULERS != list(matrix.SCHEDULERS), reason="FEDCORE_MATRIX_SCHEDULERS runs a subset")
+@pytest.mark.slow
 def test_the_docs_table_is_the_generated_one():
     cells = [cell(r, s) for r in matrix.installed_recipes() for s in matrix.SCHEDULERS]
     page = (ROOT / "docs" / "recipes.md").read_text()

@@ -114,6 +114,7 @@ def test_running_a_finished_sweep_again_redoes_nothing(swept, capsys):
     assert metrics.stat().st_mtime_ns == before
 
 
+@pytest.mark.integration
 def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path):
     config = tmp_path / "slow.toml"
     config.write_text(CONFIG.replace("rounds = 3", "rounds = 8").replace(
@@ -212,15 +213,9 @@ def test_statistics_match_scipy_and_handle_degenerate_pairs():
     assert paired({0: 0.5}, {1: 0.5}) is None
 
 
-def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path):
-    ray = pytest.importorskip("ray")
+def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path, ray_cluster):
     config, out = swept
-    started = not ray.is_initialized()
-    try:
-        on_ray = run_sweep(config, seeds=[1], out=tmp_path / "ray", ray=True, jobs=2)
-    finally:
-        if started:
-            ray.shutdown()
+    on_ray = run_sweep(config, seeds=[1], out=tmp_path / "ray", ray=True, jobs=2)  # on the run's Ray cluster
     assert [c.state for c in on_ray.cells] == ["finished", "finished"]
     for cell in on_ray.cells:
         assert comparable(cell.run_dir) == comparable(out / cell.run_dir.relative_to(on_ray.directory))
@@ -256,6 +251,7 @@ def test_a_variant_as_baseline_pairs_every_setting_at_its_own_grid_point(tmp_pat
         sweep_statistics(tmp_path / "s", baseline="nesterov")
 
 
+@pytest.mark.integration
 def test_sweep_tables_writes_the_statistics_and_both_commands_into_a_readme(swept, tmp_path):
     config, out = swept
     readme = tmp_path / "README.md"

@@ -131,13 +131,19 @@ def pretrain(model: str = "micro-vit", *, source_classes: tuple[int, ...] = SOUR
 
 
 def write_cached(path: Path, state: dict[str, torch.Tensor], info: dict[str, Any]) -> None:
-    """Write ``state`` as safetensors and ``info`` as JSON beside it; the weights file appears atomically, last."""
+    """Write ``state`` as safetensors and ``info`` as JSON beside it; both appear atomically, the weights last.
+
+    Temporary names are per process: two processes building the same model at once (test workers, sweep jobs on
+    a cold cache) each write their own file, and the last rename wins with identical content."""
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    meta = path.with_suffix(".json")
+    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}.tmp")
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
-    path.with_suffix(".json").write_text(json.dumps(info, indent=1))
+    tmp_meta.write_text(json.dumps(info, indent=1))
+    os.replace(tmp_meta, meta)
     os.replace(tmp, path)
 
 

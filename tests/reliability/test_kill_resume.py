@@ -1,8 +1,10 @@
 """kill -9 a real ``fedcore run`` at seeded random moments under each scheduler, with faults; resume: identical run.
 
-The one-kill cases run the killed run on the threads executor (its waves train in a thread pool) and compare it with
-the inline reference, so they also check that a threaded run checkpoints and resumes to the inline history; the
-repeated-kill cases stay inline."""
+This is the suite's kill/resume harness: one killed run per scheduler. The sync case also tears the newest
+checkpoint before the resume (a write cut short), which the resume must skip with a note, falling back to the one
+before (formerly tests/test_cli_resume.py, its own killed run). The one-kill cases run the killed run on the threads
+executor (its waves train in a thread pool) and compare it with the inline reference, so they also check that a
+threaded run checkpoints and resumes to the inline history; the repeated-kill cases stay inline."""
 import random
 import shutil
 
@@ -12,6 +14,8 @@ from safetensors.torch import load_file
 import torch
 
 from fedcore.cli import main
+
+pytestmark = pytest.mark.integration  # every case kills a real `fedcore run` process
 
 ROUNDS = 8
 
@@ -34,12 +38,22 @@ def same_model(a, b):
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
-def kill_and_resume(config, run_dir, rng, kills):
+def tear_newest_checkpoint(run_dir):
+    """Cut the newest checkpoint's tensor file short (a torn write); returns the checkpoints, oldest first."""
+    checkpoints = sorted(p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("round-"))
+    assert len(checkpoints) >= 2, f"the kill left {len(checkpoints)} checkpoint(s); tearing needs one to fall back to"
+    tensors = checkpoints[-1] / "tensors.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[:-7])
+    return checkpoints
+
+
+def kill_and_resume(config, run_dir, rng, kills, tear=False):
     """``kills`` SIGKILLs at seeded moments (rows written + a delay), a resume after each; returns rows at each kill.
 
     A moment the run outlives is drawn again: the first run starts over in a fresh directory (its last try kills
     as soon as the first row lands, so a fast machine cannot finish every try first); a resumed run that finished
-    before its kill ends the killing, since nothing is left to kill."""
+    before its kill ends the killing, since nothing is left to kill. ``tear``: the newest checkpoint is torn before
+    the last resume, which must skip it (it says so) and resume from the one before."""
     done = []
     for i in range(kills):
         if i and len(rows_of(run_dir)) > ROUNDS - 2:
@@ -59,9 +73,16 @@ def kill_and_resume(config, run_dir, rng, kills):
             break  # the resumed run finished before the kill landed
         assert got >= 0, "no kill landed before the run finished"
         assert status_of(run_dir)["state"] == "running"  # killed: nobody wrote finished or failed
+    if tear:
+        assert status_of(run_dir)["state"] == "running", "the run finished before it could be killed"
+        *_, fallback, torn = tear_newest_checkpoint(run_dir)
     if status_of(run_dir)["state"] != "finished":
-        final = fedcore("run", "--resume", str(run_dir), "--progress", "none")
+        final = fedcore("run", "--resume", str(run_dir), "--progress", "plain" if tear else "none")
         assert final.returncode == 0, final.stderr
+        if tear:
+            assert f"checkpoint skipped: {torn.name}" in final.stderr, final.stderr
+            assert f"resumed from {fallback.name}" in final.stderr, final.stderr
+            assert status_of(run_dir)["resumed_from"] == fallback.name
     return done
 
 
@@ -70,7 +91,8 @@ def test_one_kill_at_a_seeded_moment_then_resume_is_the_uninterrupted_run(tmp_pa
     config, ref, expected = reference(tmp_path, schedule, executor='{ name = "threads", workers = 2 }')
     capsys.readouterr()
     run_dir = tmp_path / "killed"
-    kill_and_resume(config, run_dir, random.Random(f"kill-{schedule}"), kills=1)
+    # sync's seeded moment is after 5 of 8 rows: two checkpoints on disk (keep = 2), so the newest can be torn
+    kill_and_resume(config, run_dir, random.Random(f"kill-{schedule}"), kills=1, tear=schedule == "sync")
     assert comparable(rows_of(run_dir)) == comparable(expected)
     assert status_of(run_dir)["state"] == "finished" and same_model(run_dir, ref)
 

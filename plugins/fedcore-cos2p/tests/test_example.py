@@ -2,11 +2,14 @@
 from pathlib import Path
 import time
 
+import pytest
+
 from fedcore.experiment import load_config, materialize, plan, run_experiment
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cos2p.toml"
 
 
+@pytest.mark.slow
 def test_the_example_runs_under_semi_async_with_ru_busy_fraction_and_staleness(tmp_path):
     config = load_config(EXAMPLE, ["rounds=3"])
     assert config["pipeline"]["schedule"]["name"] == "semi-async"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import attrs
+import pytest
 
 from fedcore.experiment import run_sweep, sweep_statistics
 from fedcore.experiment.sweep_spec import load_sweep_spec
@@ -14,6 +15,7 @@ from fedcore_cos2p import run_ru, staleness_histogram
 REPRO = Path(__file__).resolve().parents[1] / "repro"
 
 
+@pytest.mark.integration
 def test_the_tables_script_reports_the_cells_recorded_ru_accuracy_and_staleness(tmp_path):
     spec = load_sweep_spec(REPRO / "cos2p_sweep.toml", seeds=2,
                            sets=["rounds=2", "dataset.n=240", "dataset.n_test=80"])

@@ -1,6 +1,7 @@
 """The fedrolex recipe: registered, rolling over every head, and its example learns."""
 from pathlib import Path
 
+import pytest
 import torch
 
 import fedcore
@@ -36,6 +37,7 @@ def test_quarter_width_clients_roll_over_every_head():
     assert result.history.column("agg_coverage")[0] < 0.7
 
 
+@pytest.mark.slow
 def test_example_config_learns():
     m = materialize(plan(load_config(EXAMPLE)))
     threads = torch.get_num_threads()

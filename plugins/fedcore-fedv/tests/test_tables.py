@@ -44,6 +44,7 @@ def finals(out, setting, key):
     return values
 
 
+@pytest.mark.integration
 def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(CONFIG)
@@ -74,6 +75,7 @@ def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path):
     assert (tmp_path / "results" / "fedv-results" / "sweep_final.png").stat().st_size > 0
 
 
+@pytest.mark.integration
 def test_fedv_tables_names_the_rows_when_a_pair_is_unknown(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(CONFIG.replace("seeds = 3", "seeds = 1").replace("rounds = 2", "rounds = 1"))

@@ -1,6 +1,7 @@
 """The heterofl recipe: registered, nested prefix submodels, and its example learns."""
 from pathlib import Path
 
+import pytest
 import torch
 
 import fedcore
@@ -36,6 +37,7 @@ def test_submodels_nest_in_the_first_units():
     assert bool((fc1[:16] > 0).all()) and bool((fc1[16:] == 0).all())
 
 
+@pytest.mark.slow
 def test_example_config_learns():
     m = materialize(plan(load_config(EXAMPLE)))
     threads = torch.get_num_threads()

@@ -108,6 +108,7 @@ RECIPES = {
 
 @pytest.mark.parametrize("schedule", sorted(SCHEDULES))
 @pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.slow
 def test_every_recipe_runs_under_every_scheduler(name, schedule):
     result = run(fedcore.recipe(name, schedule=SCHEDULES[schedule], **RECIPES[name]), rounds=4)
     rows = result.history.rows

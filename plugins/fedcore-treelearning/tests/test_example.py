@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
-import torch
+import pytest
 from safetensors.torch import load_file
+import torch
 
 from fedcore.cli import main
 
@@ -26,6 +27,7 @@ def comparable(rows):
     return [{k: v for k, v in r.items() if "wall" not in k} for r in rows]
 
 
+@pytest.mark.integration
 def test_the_example_runs_in_two_minutes_and_resumes_after_a_kill_to_the_same_history(tmp_path, capsys):
     reference = tmp_path / "reference"
     start = time.process_time()  # CPU seconds: wall time on a machine shared by many test runs is noise

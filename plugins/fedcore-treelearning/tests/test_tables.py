@@ -9,6 +9,8 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+
 from fedcore.experiment import run_sweep, sweep_statistics
 
 REPRO = Path(__file__).resolve().parents[1] / "repro"
@@ -58,6 +60,7 @@ def _expected_time_cell(sweep: Path, setting: str, base: str) -> str:
     return f"{statistics.mean(reached):.3f} ± {statistics.stdev(reached):.3f}"
 
 
+@pytest.mark.integration
 def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP)

@@ -41,6 +41,7 @@ def _run(tmp_path: Path, name: str, model: str, capsys) -> tuple[int, str, list[
     return code, err, rows
 
 
+@pytest.mark.slow
 def test_pretrained_tiny_clip_by_name_through_fedcore_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "cache"))
     code, err, rows = _run(tmp_path, "a", 'pretrained = "fedcore-shapes", pretrain_steps = 3', capsys)

@@ -48,6 +48,7 @@ print(info["path"])
 """
 
 
+@pytest.mark.integration
 def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path):
     """Each build in its own process and thread count (before the fix these weights differed)."""
     import os

@@ -189,6 +189,7 @@ def test_p_group_statistics():
 
 # ---- costs at paper scale (spec 002 Sec. 4.4, +-2 %) ----
 
+@pytest.mark.slow
 def test_costs_at_paper_scale_match_the_spec():
     cifar = paper_models("cifar")
     assert forward_macs(cifar["extractor"], (3, 32, 32)) / 1e9 == pytest.approx(0.153, rel=0.02)

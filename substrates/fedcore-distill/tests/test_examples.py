@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("name", ["fedvkd", "fedgkt"])
+@pytest.mark.slow
 def test_example_runs_through_the_cli(name, tmp_path):
     out = tmp_path / name
     code = main(["run", str(ROOT / "examples" / f"{name}.toml"), "--set", "rounds=1", "--set", "dataset.n=200",
