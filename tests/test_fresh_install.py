@@ -22,6 +22,8 @@ import textwrap
 
 import pytest
 
+import fedcore
+
 ROOT = Path(__file__).resolve().parents[1]
 
 JOB = textwrap.dedent("""
@@ -43,6 +45,17 @@ JOB = textwrap.dedent("""
     info = {p.name: [p.distribution, p.version] for p in fedcore.list_plugins()}
     print(json.dumps({"fedcore": fedcore.__file__, "plugin": fedcore_robust.__file__, "plugins": info,
                       "manifest": pipe.describe()["slots"], "acc": result.history.column("test_accuracy")}))
+""")
+
+DECLARED = textwrap.dedent("""
+    from fedcore.testing import parametrize_with_checks
+    from fedcore_robust import TrimmedMean
+
+
+    @parametrize_with_checks([TrimmedMean()], expected_failed_checks={
+        "check_aggregate_order_invariant": "fedcore 0.1's check compared orders on one engine"})
+    def test_contract_declared(component, check):
+        check(component)
 """)
 
 
@@ -107,9 +120,18 @@ def test_install_run_by_name_uninstall(tmp_path):
     assert job.returncode == 0, job.stderr
     out = json.loads(job.stdout.strip().splitlines()[-1])
     assert out["fedcore"].startswith(str(venv)) and out["plugin"].startswith(str(venv))  # not the checkout
-    assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"] and out["plugins"]["builtin"] == ["fedcore", "0.1.0"]
+    assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"]
+    assert out["plugins"]["builtin"] == ["fedcore", fedcore.__version__]
     assert out["manifest"]["aggregate"] == "trimmed-mean"
     assert len(out["acc"]) == 2 and out["acc"][-1] > 0.2  # 10 classes: chance is 0.1
+
+    # its own suite passes against this core, unchanged, plus the expected-failure declaration the 0.1 docs taught
+    # for a check fedcore has since fixed: it warns (StaleExpectedFailureWarning) instead of failing (XPASS(strict))
+    (plugin / "tests" / "test_declared.py").write_text(DECLARED)
+    suite = _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rX", "tests"], plugin, env)
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    assert "failed" not in suite.stdout and "StaleExpectedFailureWarning: check_aggregate_order_invariant passes for " \
+        "TrimmedMean" in suite.stdout, suite.stdout
 
     uninstall = _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
     assert uninstall.returncode == 0, uninstall.stderr
@@ -120,7 +142,7 @@ def test_install_run_by_name_uninstall(tmp_path):
                            "'aggregate'"), gone.stderr
     choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
     assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
-    assert note == "builtin (fedcore 0.1.0))" and "median" not in last
+    assert note == f"builtin (fedcore {fedcore.__version__}))" and "median" not in last
 
     # a first-party method plugin that is not installed: one line naming the package to install
     first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],

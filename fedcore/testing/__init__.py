@@ -7,6 +7,7 @@ from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.contracts import (
     GENERIC_CHECKS,
     SLOT_CHECKS,
+    StaleExpectedFailureWarning,
     checks_for,
     parametrize_with_checks,
 )
@@ -32,7 +33,8 @@ from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
     "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "EXECUTOR_CHECKS", "GENERIC_CHECKS",
-    "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "build_engine", "check_executor_gives_inline_history",
+    "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "StaleExpectedFailureWarning", "build_engine",
+    "check_executor_gives_inline_history",
     "check_executor_resumes_to_inline_history", "checks_for", "heavy_imports", "parametrize_registered",
     "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_bn_model", "tiny_data",
     "tiny_model", "tiny_vit",

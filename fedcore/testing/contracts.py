@@ -13,6 +13,7 @@ import copy
 import functools
 import pickle
 from typing import Any
+import warnings
 
 import attrs
 import pluggy
@@ -263,9 +264,25 @@ def _bind(check: Callable[..., None], fixture: ContractFixture) -> Check:
     return bound
 
 
-def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str]
-                           ) -> dict[str, list[Any]]:
-    """check name -> ``[pytest.mark.xfail(strict=True)]`` for each expected failure; unknown names are errors."""
+class StaleExpectedFailureWarning(UserWarning):
+    """A check a third-party component declared as an expected failure passes now: drop the declaration."""
+
+
+def first_party(cls: type) -> bool:
+    """Whether ``cls`` comes from fedcore or one of its own distributions (whose declarations stay strict)."""
+    from fedcore.first_party import distribution_of
+
+    module = getattr(cls, "__module__", "") or ""
+    return module.partition(".")[0] == "fedcore" or distribution_of(module) is not None
+
+
+def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str], *,
+                           strict: bool = True) -> dict[str, list[Any]]:
+    """check name -> ``[pytest.mark.xfail(strict=True)]`` for each expected failure; unknown names are errors.
+
+    ``strict=False`` (a third party's declarations) gives no marks: wrap those checks with
+    :func:`lenient_check` instead, so a check fedcore fixed warns rather than failing the plugin's suite.
+    """
     import pytest
 
     names = [c.__name__ for c in checks]
@@ -273,7 +290,46 @@ def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Ma
     if unknown:
         raise ConfigError(f"{type(component).__name__}: expected failure(s) {unknown} name no check it runs; "
                           f"its checks: {', '.join(names)}")
+    if not strict:
+        return {}
     return {name: [pytest.mark.xfail(reason=reason, strict=True)] for name, reason in expected.items()}
+
+
+def lenient_check(check: Check, reason: str) -> Check:
+    """``check`` as a third party's expected failure: xfails when it fails, warns when it passes.
+
+    fedcore's own declarations are strict xfails (a fixed check fails the run until the declaration goes);
+    a plugin written against an older fedcore must not break when fedcore fixes a check it declared.
+    """
+    import pytest
+
+    def lenient(component: Any) -> None:
+        try:
+            check(component)
+        except Exception as exc:  # the declared failure, as a strict xfail would take it
+            pytest.xfail(f"{reason} ({type(exc).__name__}: {exc})")
+        warnings.warn(f"{check.__name__} passes for {type(component).__name__}, which declares it an expected "
+                      f"failure ({reason}): remove the declaration", StaleExpectedFailureWarning, stacklevel=2)
+
+    functools.update_wrapper(lenient, check)
+    return lenient
+
+
+def declared_params(component: Any, checks: Sequence[Check], expected: Mapping[str, str], *, id_prefix: str,
+                    strict_extra: Mapping[str, str] | None = None) -> list[Any]:
+    """One ``pytest.param`` per check; ``expected`` (the component's and its author's declarations) is strict
+    for fedcore's own components and lenient for third parties', ``strict_extra`` (fedcore's suite) always strict."""
+    import pytest
+
+    strict = first_party(type(component))
+    marks = expected_failure_marks(component, checks, {**expected, **(strict_extra or {})})  # refuses unknown names
+    params = []
+    for check in checks:
+        name = check.__name__
+        lenient = not strict and name in expected and name not in (strict_extra or {})
+        params.append(pytest.param(component, lenient_check(check, expected[name]) if lenient else check,
+                                   id=f"{id_prefix}-{name}", marks=() if lenient else marks.get(name, ())))
+    return params
 
 
 def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixture | None = None,
@@ -281,9 +337,10 @@ def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixtu
     """A ``pytest.mark.parametrize`` over ``(component, check)`` pairs, one test id per check.
 
     ``expected_failed_checks`` maps a check name to the reason it does not apply (e.g. an
-    order-dependent aggregator opts out of ``check_aggregate_order_invariant``); those are xfailed
-    strictly, as are the expected failures each component's class declares in its
-    :class:`~fedcore.testing.CheckPlan` (whose fixture is used when ``fixture`` is not given).
+    order-dependent aggregator opts out of ``check_aggregate_order_invariant``), on top of the expected
+    failures each component's class declares in its :class:`~fedcore.testing.CheckPlan` (whose fixture is
+    used when ``fixture`` is not given). For fedcore's own components they are strict xfails; for a third
+    party's, a declared check that passes warns (:class:`StaleExpectedFailureWarning`) instead of failing.
     """
     import pytest
 
@@ -296,8 +353,5 @@ def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixtu
         plan = plan_for(type(component))
         checks = list(checks_for(component, fixture or plan.fixture))
         expected = {**plan.expected_for(component), **(expected_failed_checks or {})}
-        marks = expected_failure_marks(component, checks, expected)
-        for check in checks:
-            params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{check.__name__}",
-                                       marks=marks.get(check.__name__, ())))
+        params += declared_params(component, checks, expected, id_prefix=f"{type(component).__name__}[{i}]")
     return pytest.mark.parametrize(("component", "check"), params)
