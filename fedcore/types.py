@@ -15,6 +15,7 @@ from torch import nn
 
 from fedcore.indices import IndexList, index_lists
 from fedcore.stash import Stash
+from fedcore.uploads import Upload
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -294,5 +295,5 @@ class ServerState:
 
 __all__ = [
     "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "JobPlan", "Message",
-    "Partition", "ServerState", "Share", "TensorDict", "upload_messages",
+    "Partition", "ServerState", "Share", "TensorDict", "Upload", "upload_messages",
 ]

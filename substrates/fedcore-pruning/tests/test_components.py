@@ -99,7 +99,9 @@ def test_a_width_that_leaves_no_head_is_refused():
 
 
 def test_submodel_share_refuses_an_aggregator_that_cannot_merge_slices():
-    with pytest.raises(ConfigError, match="the aggregator FedAvg cannot merge; use aggregate = \"masked-delta\""):
+    with pytest.raises(ConfigError, match=r"^split 'submodel-share' uploads sliced submodels, which aggregate 'fedavg' does "
+                                          r"not merge \(it merges whole weights\); use an aggregator that merges them: "
+                                          r"aggregate = \"masked-delta\"$"):
         fedcore.Pipeline([SubmodelShare(), SubmodelTrain()])
 
 

@@ -7,7 +7,7 @@ features, edge logits, labels. The edge weights and the edge optimizer stay in `
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -18,7 +18,7 @@ from fedcore import RoundContext
 from fedcore.data import gather
 from fedcore.settings import setting
 from fedcore.stash import StashKey
-from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share, Upload
 from fedcore_distill.losses import soft_kd
 from fedcore_distill.messages import FEATURES, LABELS, LOGITS, SAMPLE_IDS, FeaturePacket, teacher_lookup
 from fedcore_distill.share import EDGE_PREFIX, EdgeClient
@@ -46,6 +46,9 @@ def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.
 @attrs.frozen(eq=False, kw_only=True)
 class EdgeKDTrain:
     """Local-update slot: CE + soft KD toward the server's logits, then the feature/logit/label uplink."""
+
+    uploads: ClassVar[Upload] = Upload.FEATURES
+    """The feature/logit/label uplink of every sample it trained on."""
 
     epochs: int = setting(1, low=1, help="E_c: local epochs per round")
     batch_size: int = setting(64, low=1)
