@@ -35,7 +35,8 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     ("fedgkt", "edge-share", "per-sample features/logits", "kd-server"),
     ("fedrolex", "submodel-share", "sliced submodels", "masked-delta"),
 ])
-@pytest.mark.parametrize("aggregate, label", [("trimmed-mean", "'trimmed-mean'"), (DeclaresNothing(), "DeclaresNothing")])
+@pytest.mark.parametrize("aggregate, label", [("trimmed-mean", "'trimmed-mean'"),
+                                              (DeclaresNothing(), "DeclaresNothing")])
 def test_weights_only_aggregators_are_refused_at_build_in_one_line(recipe, share, kind, fit, aggregate, label):
     with pytest.raises(ConfigError) as exc:
         fedcore.recipe(recipe, aggregate=aggregate)
@@ -54,8 +55,8 @@ def test_refused_before_round_zero_from_a_config(tmp_path, capsys):
                       '[pipeline]\nrecipe = "fedvkd"\naggregate = { name = "trimmed-mean" }\n')
     assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "fedcore: error: pipeline: split 'edge-share' uploads per-sample features/logits, which aggregate 'trimmed-mean' "
-        "does not merge (it merges whole weights); use an aggregator that merges them: aggregate = \"kd-server\""]
+        "fedcore: error: pipeline: split 'edge-share' uploads per-sample features/logits, which aggregate "
+        "'trimmed-mean' does not merge (it merges whole weights); use an aggregator that merges them: aggregate = \"kd-server\""]
     assert not (tmp_path / "run").exists()  # refused before any work
 
 

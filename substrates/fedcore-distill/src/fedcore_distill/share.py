@@ -7,11 +7,11 @@ client's samples, sent by the aggregator as the client's view), booked as kinds 
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 import torch
 from torch import nn
-
-from typing import ClassVar
 
 import fedcore
 from fedcore import ConfigError, RoundContext
