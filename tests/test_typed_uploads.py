@@ -56,7 +56,8 @@ def test_refused_before_round_zero_from_a_config(tmp_path, capsys):
     assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "fedcore: error: pipeline: split 'edge-share' uploads per-sample features/logits, which aggregate "
-        "'trimmed-mean' does not merge (it merges whole weights); use an aggregator that merges them: aggregate = \"kd-server\""]
+        "'trimmed-mean' does not merge (it merges whole weights); use an aggregator that merges them: "
+        "aggregate = \"kd-server\""]
     assert not (tmp_path / "run").exists()  # refused before any work
 
 
