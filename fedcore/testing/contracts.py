@@ -69,6 +69,26 @@ def check_registers_cleanly(component: Any) -> None:
     assert provides or wraps or observes, f"{type(component).__name__} implements no fedcore hook"
 
 
+def check_hook_signatures(component: Any) -> None:
+    """Every hook method takes the spec's full argument set, so anyone can call or subclass it with the spec's
+    keywords (pluggy would accept a subset, and the first caller passing ``state=`` gets a TypeError)."""
+    import inspect
+
+    short = []
+    for name in dir(type(component)):
+        method = getattr(type(component), name, None)
+        spec = getattr(hookspecs, name, None)
+        if not name.startswith("fedcore_") or spec is None or method is None or not hasattr(method, "fedcore_impl"):
+            continue
+        wanted = list(inspect.signature(spec).parameters)
+        taken = set(inspect.signature(method).parameters) - {"self"}
+        missing = [p for p in wanted if p not in taken]
+        if missing:
+            short.append(f"{name}({', '.join(wanted)}) lacks {', '.join(missing)}")
+    assert not short, (f"{type(component).__name__}: every hook method takes the spec's full argument set "
+                       f"(docs/hooks.md): {'; '.join(short)}")
+
+
 # -- per slot ---------------------------------------------------------------------------------
 
 def check_partition(component: Any, fixture: ContractFixture) -> None:
@@ -244,7 +264,10 @@ SLOT_CHECKS: dict[str, list[Callable[..., None]]] = {
     "cohort": COHORT_CHECKS,
 }
 GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
-                               check_registers_cleanly]
+                               check_registers_cleanly, check_hook_signatures]
+ADVISORY_FOR_THIRD_PARTIES = frozenset({"check_hook_signatures"})
+"""Checks added within the 0.1 line: a third party's component that fails one warns (``AdvisoryCheckWarning``)
+instead of failing, so a plugin written against an older 0.1 keeps passing its suite until 1.0."""
 
 
 def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterator[Check]:
@@ -266,6 +289,23 @@ def _bind(check: Callable[..., None], fixture: ContractFixture) -> Check:
 
 class StaleExpectedFailureWarning(UserWarning):
     """A check a third-party component declared as an expected failure passes now: drop the declaration."""
+
+
+class AdvisoryCheckWarning(UserWarning):
+    """A third party's component fails a check added within 0.1: it will be required from 1.0."""
+
+
+def advisory_check(check: Check) -> Check:
+    """``check`` for a third party's component: a failure warns instead of failing (see ADVISORY_FOR_THIRD_PARTIES)."""
+
+    def advisory(component: Any) -> None:
+        try:
+            check(component)
+        except AssertionError as exc:
+            warnings.warn(f"{check.__name__} (required from fedcore 1.0): {exc}", AdvisoryCheckWarning, stacklevel=2)
+
+    functools.update_wrapper(advisory, check)
+    return advisory
 
 
 def first_party(cls: type) -> bool:
@@ -327,6 +367,8 @@ def declared_params(component: Any, checks: Sequence[Check], expected: Mapping[s
     for check in checks:
         name = check.__name__
         lenient = not strict and name in expected and name not in (strict_extra or {})
+        if not strict and name in ADVISORY_FOR_THIRD_PARTIES:
+            check = advisory_check(check)
         params.append(pytest.param(component, lenient_check(check, expected[name]) if lenient else check,
                                    id=f"{id_prefix}-{name}", marks=() if lenient else marks.get(name, ())))
     return params

@@ -7,6 +7,7 @@ Eq. 5), optional gradient-norm clipping (ViT-FL lineage).
 """
 from __future__ import annotations
 
+from typing import Any
 import warnings
 
 import attrs
@@ -64,6 +65,6 @@ class EpochsUpdate(Trainer):
         return self.plan(epochs=self.epochs)
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
-                             ) -> ClientUpdate:
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: Any,
+                             ctx: fedcore.RoundContext) -> ClientUpdate:
         return self.train(client, share, data, ctx, epochs=self.epochs)

@@ -75,7 +75,7 @@ class MaskedDelta:
         return AggregateResult(state=merged, metrics={"coverage": covered / max(total, 1)})
 
     @fedcore.hookimpl
-    def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module) -> Any:
+    def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module, ctx: RoundContext) -> Any:
         if SUBMODEL_META not in update.meta:
             return None
         try:

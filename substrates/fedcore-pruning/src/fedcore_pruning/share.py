@@ -81,7 +81,7 @@ class SubmodelShare:
         return width_spec(shape, width, INDEX_RULES[self.rule], round)
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: Any, ctx: RoundContext) -> Share:
         spec = self.spec_for(ViTShape.of(model), client, ctx.round)
         module = extract(model, spec)
         names = list(module.state_dict())
