@@ -155,8 +155,8 @@ def test_the_gradient_hook_runs_before_each_step_on_true_gradients():
 
 
 def test_the_gradient_hook_sees_unscaled_gradients_under_fp16_loss_scaling(monkeypatch):
-    import fedcore.training
     from fedcore.runtime.placement import Placement
+    import fedcore.training
 
     train, _ = tiny_data()
     data = ClientData(dataset=train, indices=list(range(16)))
