@@ -243,3 +243,20 @@ def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only
     old = _python(core_only, "import fedcore.lora")
     assert old.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: fedcore.lora moved to fedcore_lora, which is not installed: pip install fedcore-lora")
+
+
+def test_fedcore_new_plugin_installs_is_found_by_name_runs_its_recipe_and_passes_its_own_tests(core_only, tmp_path):
+    """``fedcore new plugin``'s output, unchanged, in the core-only venv (it needs nothing but the core and torch)."""
+    py, repo, env = core_only
+    made = _fedcore(core_only, "new", "plugin", "fedadam", "--slot", "local_update", "--out", str(tmp_path / "p"))
+    assert made.returncode == 0, made.stderr
+    install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    str(tmp_path / "p")], tmp_path, env)
+    assert install.returncode == 0, install.stderr
+    found = _fedcore(core_only, "describe", "fedadam", "--json")
+    assert found.returncode == 0, found.stderr
+    described = json.loads(found.stdout)
+    assert described["kind"] == "component" and described["distribution"] == "fedcore-fedadam", described
+    suite = _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], tmp_path / "p", env)
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    assert "failed" not in suite.stdout and " passed" in suite.stdout
