@@ -273,9 +273,13 @@ class ClientState:
     """
 
     client_id: int
+    """Whose state it is."""
     tensors: TensorDict = attrs.field(factory=dict, repr=False)
+    """Client-local tensors (personal heads, feature memories): never sent, checkpointed."""
     stash: Stash = attrs.field(factory=Stash, repr=False)
+    """Per-plugin client values under ``StashKey``s (checkpointed)."""
     rounds_participated: int = 0
+    """How many updates it has uploaded (trained and sent, whether or not they were aggregated)."""
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -288,9 +292,13 @@ class ServerState:
     """
 
     model: nn.Module
+    """The global model (observers of ``fedcore_round_start`` may replace it)."""
     version: int = 0
+    """How many aggregations the global model has had (an update's ``staleness`` counts from it)."""
     stash: Stash = attrs.field(factory=Stash, repr=False)
+    """Server-side per-plugin state under ``StashKey``s (checkpointed)."""
     client_views: dict[int, TensorDict] = attrs.field(factory=dict, repr=False)
+    """Per-client downloads an aggregator returned (`AggregateResult.per_client`)."""
 
 
 __all__ = [

@@ -121,3 +121,26 @@ def test_a_third_partys_stale_expected_failure_warns_and_fedcores_own_stays_stri
             "failure (used to mix by alpha): remove the declaration") in out.stdout
     assert "XFAIL test_stale.py::test_third_party[Stale[0]-check_has_docstring] - still failing, on purpose" \
         in out.stdout
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class ReadsItsShare:
+    """A local update that reads what its own share writes in share.meta (it needs that share as a companion)."""
+
+    @fedcore.hookimpl
+    def fedcore_local_update(self, client, share, data, state, ctx):
+        width = share.meta["width"]  # KeyError next to the default whole-model share
+        raise AssertionError(f"unreachable: {width}")
+
+
+def test_a_check_that_stops_inside_the_component_points_to_companions():
+    from fedcore.testing import ContractCheckError, checks_for
+
+    check = next(c for c in checks_for(ReadsItsShare()) if c.__name__ == "check_local_update")
+    with pytest.raises(ContractCheckError) as exc:
+        check(ReadsItsShare())
+    message = str(exc.value)
+    assert message.startswith("check_local_update: ReadsItsShare raised KeyError: 'width'; if it needs other "
+                              "components to run")
+    assert "__fedcore_checks__" in message and "ContractFixture(companions=[...]" in message
+    assert 'docs/plugins.md, "Companions"' in message and isinstance(exc.value.__cause__, KeyError)

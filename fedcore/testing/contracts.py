@@ -281,8 +281,27 @@ def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterat
         yield _bind(check, fx)
 
 
+COMPANIONS_HELP = ("if it needs other components to run (the share its local update expects, the aggregator "
+                   "that merges its uploads) or a particular model, declare them: define __fedcore_checks__ returning "
+                   "fedcore.testing.CheckPlan(fixture=ContractFixture(companions=[...], model_factory=...)) "
+                   "(docs/plugins.md, \"Companions\")")
+
+
+class ContractCheckError(AssertionError):
+    """A contract check stopped inside the component with an error of its own; the message says how to declare
+    the companions or model it may need (the original error is the ``__cause__``)."""
+
+
 def _bind(check: Callable[..., None], fixture: ContractFixture) -> Check:
-    bound = functools.partial(check, fixture=fixture)
+    def bound(component: Any) -> None:
+        try:
+            check(component, fixture=fixture)
+        except AssertionError:
+            raise
+        except Exception as exc:  # not a contract violation the check asserts: the component could not run here
+            raise ContractCheckError(f"{check.__name__}: {type(component).__name__} raised {type(exc).__name__}: "
+                                     f"{exc}; {COMPANIONS_HELP}") from exc
+
     functools.update_wrapper(bound, check)
     return bound
 
