@@ -64,7 +64,7 @@ def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
     prompt = matrix.cell_config("promptper", "async")
     assert prompt["model"] == {"name": "open_clip", "n_ctx": 4, "n_personal": 2}
     assert prompt["pipeline"]["local_update"] == {"epochs": 2} and prompt["pipeline"]["schedule"]["name"] == "async"
-    assert prompt["profiles"] == {"weights": {"phone": 1, "laptop": 1}} and prompt["clock"] == {"efficiency": 1.0}
+    assert prompt["profiles"] == {"weights": {"tl-medium": 1, "tl-high": 1}} and prompt["clock"] == {"efficiency": 1.0}
     assert "profiles" not in matrix.cell_config("fedprox", "uniform")  # the synchronous column keeps its setup
 
 

@@ -34,9 +34,11 @@ ASYNC_COLUMNS = ("async", "buffered", "semi-async")
 """Columns that run on heterogeneous devices with a virtual clock, so updates arrive out of order and stale ones are
 merged; a working cell of these columns must show a stale update (staleness > 0) in its history."""
 
-DEVICES: Mapping[str, Any] = {"clock": {"efficiency": 1.0}, "profiles": {"weights": {"phone": 1, "laptop": 1}}}
-"""The asynchronous columns' devices: half the clients on a phone, half on a laptop (fedcore.runtime.presets), with
-virtual time from each job's measured FLOPs and bytes: the laptops' updates overtake the watches'."""
+DEVICES: Mapping[str, Any] = {"clock": {"efficiency": 1.0}, "profiles": {"weights": {"tl-medium": 1, "tl-high": 1}}}
+"""The asynchronous columns' devices: half the clients on the ``tl-medium`` profile, half on ``tl-high`` (twice the
+FLOP rate, the same links; fedcore.runtime.presets), with virtual time from each job's measured FLOPs and bytes: the
+fast half's updates overtake the slow half's, which arrive stale. (A phone/laptop mix is 4x apart on the uplink:
+with μ = 0.5 a phone's update of a ViT never arrived within the cell's rounds.)"""
 
 ROUNDS: Mapping[str, int] = {"uniform": 3, "async": 5, "buffered": 4, "semi-async": 4}
 """Aggregations per cell: enough for a loss change to show and, in the asynchronous columns, for a stale update."""
