@@ -180,3 +180,5 @@ def test_each_cell_reports_learning_and_promptprox_differs_from_promptfl():
     assert prox.status == plain.status == "works"
     assert [r["test_loss"] for r in prox.rows] != [r["test_loss"] for r in plain.rows], \
         "the proximal term acts from the second local step: promptprox must differ from promptfl"
+    assert matrix.markdown([prox]).split(" | ")[-1] != matrix.markdown([plain]).split(" | ")[-1], \
+        "the generated table must show them apart"

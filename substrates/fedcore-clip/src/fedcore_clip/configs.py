@@ -155,7 +155,7 @@ TEST_SETUP: dict[str, Any] = {
     "dataset": {"name": "clip.shapes", "n_train_per_class": 8, "n_test_per_class": 2, "num_classes": 6},
     "model": {"name": "open_clip", "n_ctx": 4},
     "num_clients": 3,
-    "pipeline": {"partition": {"shots": 2, "classes_per_client": 2}, "local_update": {"epochs": 2}},
+    "pipeline": {"partition": {"shots": 2, "classes_per_client": 2}, "local_update": {"epochs": 2, "lr": 0.05}},
 }
 """A prompt recipe's micro run (``Recipe.test_setup``): the random-weight tiny CLIP, 6 shape classes, 3 clients, two
-local epochs (two steps: a proximal term only acts from the second)."""
+local epochs (two steps: a proximal term only acts from the second) at a learning rate that moves the prompt."""
