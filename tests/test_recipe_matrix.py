@@ -55,6 +55,9 @@ def test_the_docs_table_is_the_generated_one():
     table = page.split(matrix.BEGIN, 1)[1].split(matrix.END, 1)[0].strip()
     assert table == matrix.markdown(cells), ("docs/recipes.md is stale: run "
                                              "python -m fedcore.experiment.matrix --write docs/recipes.md")
+    rows = {line.split(" | ")[0]: line.split(" | ")[2:] for line in table.splitlines()[2:]}
+    assert all(a != b for a, b in zip(rows["| `promptprox`"], rows["| `promptfl`"])), \
+        "promptprox and promptfl must differ in every cell of the table"
 
 
 def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
@@ -175,7 +178,7 @@ def test_each_cell_reports_learning_and_promptprox_differs_from_promptfl():
     fedavg = cell("fedavg", "uniform")
     first, last = fedavg.loss_change
     assert last < first, "two local steps a round for three rounds must lower the micro task's loss"
-    assert f"works (loss {first:.3f}→{last:.3f})" in matrix.markdown([fedavg])
+    assert f"works (loss {first:.4f}→{last:.4f})" in matrix.markdown([fedavg])
     prox, plain = cell("promptprox", "uniform"), cell("promptfl", "uniform")
     assert prox.status == plain.status == "works"
     assert [r["test_loss"] for r in prox.rows] != [r["test_loss"] for r in plain.rows], \

@@ -213,7 +213,7 @@ def _measured(c: Cell) -> str:
     parts = []
     change = c.loss_change
     if change is not None:
-        parts.append(f"loss {change[0]:.3f}→{change[1]:.3f}")
+        parts.append(f"loss {change[0]:.4f}→{change[1]:.4f}")
     if c.scheduler in ASYNC_COLUMNS:
         parts.append(f"staleness ≤ {c.max_staleness}")
     return f" ({', '.join(parts)})" if parts else ""
