@@ -10,6 +10,7 @@ table in docs/recipes.md must be what ``python -m fedcore.experiment.matrix --wr
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import attrs
@@ -66,7 +67,8 @@ def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
     assert config["dataset"]["name"] == "synthetic"  # MICRO_SETUP: fedprox declares no test setup
     prompt = matrix.cell_config("promptper", "async")
     assert prompt["model"] == {"name": "open_clip", "n_ctx": 4, "n_personal": 2}
-    assert prompt["pipeline"]["local_update"] == {"epochs": 2} and prompt["pipeline"]["schedule"]["name"] == "async"
+    assert prompt["pipeline"]["local_update"] == {"epochs": 2, "lr": 0.05}
+    assert prompt["pipeline"]["schedule"]["name"] == "async"
     assert prompt["profiles"] == {"weights": {"tl-medium": 1, "tl-high": 1}} and prompt["clock"] == {"efficiency": 1.0}
     assert "profiles" not in matrix.cell_config("fedprox", "uniform")  # the synchronous column keeps its setup
 
@@ -118,7 +120,7 @@ def test_recipes():
 def test_refusal_nan_and_crash_are_told_apart(test_recipes):
     assert "matrix-test.sync" in matrix.installed_recipes()  # found in the registry, never named by the matrix
     sync = {c.scheduler: c for c in matrix.run_matrix(["matrix-test.sync"])}
-    assert sync["uniform"].status == "works" and len(sync["uniform"].rows) == 2
+    assert sync["uniform"].status == "works" and len(sync["uniform"].rows) == matrix.ROUNDS["uniform"]
     for s in ("async", "buffered", "semi-async"):
         assert sync[s].status == "refused" and sync[s].detail.endswith("sync-only needs a synchronous schedule")
     nan = matrix.run_cell("matrix-test.nan", "uniform")
@@ -126,7 +128,8 @@ def test_refusal_nan_and_crash_are_told_apart(test_recipes):
     crash = matrix.run_cell("matrix-test.crash", "uniform")
     assert crash.status == "broken" and crash.detail == "RuntimeError: boom"
     table = matrix.markdown([*sync.values(), nan, crash])
-    assert "| `matrix-test.sync` | - | works | refused: " in table and table.count("**BROKEN**") == 2
+    assert re.search(r"\| `matrix-test.sync` \| - \| works \(loss [0-9.]+→[0-9.]+\) \| refused: ", table)
+    assert table.count("**BROKEN**") == 2
 
 
 def test_row_problems():
