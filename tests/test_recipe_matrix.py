@@ -10,8 +10,8 @@ table in docs/recipes.md must be what ``python -m fedcore.experiment.matrix --wr
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
+import re
 
 import attrs
 import pytest
