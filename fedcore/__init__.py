@@ -3,12 +3,12 @@
 ``__all__`` here and in each public submodule is the public API: the names plugins may import.
 ``docs/plugins.md`` ("The public API") lists the same names, and a test keeps the two in step.
 """
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 from fedcore import _moved  # noqa: E402
 from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
 
-_moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 0.3
+_moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 1.0
 
 from fedcore import plugins  # noqa: E402
 from fedcore.contexts import RoundContext, RunContext  # noqa: E402
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:  # names removed in 0.2.0 keep working, with a warning, until 0.3.0
+def __getattr__(name: str) -> object:  # names removed in 0.1.1 keep working, with a warning, until 1.0
     if name not in ("InvalidUpdateError",):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from fedcore._deprecated import removed_attribute

@@ -1,7 +1,7 @@
-"""Names removed in 0.2.0 that keep working, with a ``DeprecationWarning``, until 0.3.0.
+"""Names removed in 0.1.1 that keep working, with a ``DeprecationWarning``, until 1.0.
 
 A module lists its removed names in ``REMOVED`` and forwards its ``__getattr__`` here. Delete an
-entry (and its definition) one minor version after its removal.
+entry (and its definition) in 1.0 (docs/plugins.md, "Versions").
 """
 from __future__ import annotations
 
@@ -43,6 +43,6 @@ REMOVED: dict[str, tuple[Any, str]] = {
 def removed_attribute(module: str, name: str) -> Any:
     """The removed ``module.name``, with a ``DeprecationWarning`` saying what to do instead."""
     obj, instead = REMOVED[name]
-    warnings.warn(f"{module}.{name} is deprecated since fedcore 0.2.0 and will be removed in 0.3.0: {instead}",
+    warnings.warn(f"{module}.{name} is deprecated since fedcore 0.1.1 and will be removed in 1.0: {instead}",
                   DeprecationWarning, stacklevel=3)
     return obj

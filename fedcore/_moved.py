@@ -1,4 +1,4 @@
-"""Old import paths of code that left the core in 0.2, kept working until 0.3 with a DeprecationWarning.
+"""Old import paths of code that left the core in 0.1.1, kept working until 1.0 with a DeprecationWarning.
 
 ``import fedcore.split`` (or ``from fedcore.lora import inject_lora``, ``fedcore.prompt.testing``, ...) gives
 the very module object of the new place, ``fedcore_split`` (``fedcore_lora``, ``fedcore_clip.testing``), and
@@ -20,7 +20,7 @@ import warnings
 
 from fedcore.first_party import distribution_of
 
-REMOVED_IN = "0.3"
+REMOVED_IN = "1.0"
 
 MOVED: dict[str, str] = {
     "fedcore.split": "fedcore_split",

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
     top = _Parser(prog="fedcore", description="Run federated / split / collaborative training experiments.")
     top.add_argument("--version", action="version", version=f"fedcore {fedcore.__version__}")
-    sub = top.add_subparsers(dest="command", metavar="{run,plan,sweep,describe,plugins,report}")
+    sub = top.add_subparsers(dest="command", metavar="{run,plan,sweep,describe,plugins,report,new}")
 
     run = sub.add_parser("run", help="run a pipeline described in a TOML config", description=(
         "Run a pipeline described in TOML. Progress is live on a terminal and one line per round otherwise; "
@@ -121,6 +121,15 @@ def _parser() -> argparse.ArgumentParser:
                                          "test_accuracy or the first *accuracy)")
     report.add_argument("--baseline", metavar="SETTING",
                         help="a sweep's setting the others are compared with, paired by seed (default: its first)")
+    new = sub.add_parser("new", help="start a plugin: fedcore new plugin NAME [--slot SLOT]", description=(
+        "Write a plugin distribution fedcore-NAME: pyproject.toml (entry point, the fedcore pin of the version "
+        "policy), src/ with a working component of the slot and its settings, a recipe, tests/ with the contract "
+        "checks and an end-to-end run, and a README with a results block for a sweep to fill."))
+    new.add_argument("what", choices=("plugin",), help="what to create")
+    new.add_argument("name", help="the plugin's short name: entry point, component and recipe name (e.g. fedadam)")
+    new.add_argument("--slot", default="aggregate", metavar="SLOT",
+                     help="the slot its component fills: aggregate (default), local_update, select, evaluate")
+    new.add_argument("--out", metavar="DIR", help="where to write it (default: ./fedcore-NAME; must not exist)")
     return top
 
 
@@ -463,8 +472,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if outcome.failed else 0
 
 
+def cmd_new(args: argparse.Namespace) -> int:
+    from fedcore.scaffold import new_plugin
+
+    root = Path(args.out or f"fedcore-{args.name}")
+    written = new_plugin(args.name, root, slot=args.slot)
+    print(f"wrote fedcore-{args.name} ({len(written)} files) in {root}")
+    print(f"next: pip install -e '{root}[test]' && python -m pytest {root / 'tests'}")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "plan": cmd_plan, "sweep": cmd_sweep, "describe": cmd_describe, "plugins": cmd_plugins,
-            "report": cmd_report}
+            "report": cmd_report, "new": cmd_new}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

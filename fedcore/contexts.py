@@ -28,19 +28,33 @@ class RunContext:
     """
 
     seed: int
+    """The run's seed; every random stream derives from it (``rng``, ``np_rng``)."""
     num_clients: int
+    """How many clients the run has."""
     rounds: int
+    """How many rounds (aggregations) the run is asked for."""
     train: Any
+    """The training set (a ``fedcore.data`` dataset); clients hold indices into it."""
     test: Any = None
+    """The server's test set, or ``None``."""
     server: ServerState
+    """The server's state: the global model, its version, its stash (``ServerState``)."""
     ledger: Ledger = attrs.field(factory=Ledger)
+    """Every transfer between clients and server, by client, round and kind."""
     partition: Partition | None = None
+    """Which samples each client holds (``None`` until the partition slot ran)."""
     clients: tuple[ClientInfo, ...] = ()
+    """Every client: id, sample count, device profile (``ClientInfo``)."""
     client_states: dict[int, ClientState] = attrs.field(factory=dict)
+    """Each client's ``ClientState`` by id: never sent, checkpointed."""
     stash: Stash = attrs.field(factory=Stash)
+    """Run-level per-plugin state under ``StashKey``s (checkpointed)."""
     out_dir: Path | None = None
+    """The run directory under ``fedcore run`` (``None`` in Python runs)."""
     settings: dict[str, Any] = attrs.field(factory=dict)
+    """Choices the run made while running that a resumed run repeats (JSON, checkpointed)."""
     stop_reason: str | None = None
+    """Why a component ended the run early (:meth:`request_stop`), or ``None`` while it runs on."""
 
     def request_stop(self, reason: str) -> None:
         """End the run early, e.g. a privacy budget spent: the round in progress finishes (its row is recorded),
@@ -68,12 +82,19 @@ class RoundContext:
     """
 
     round: int
+    """The round (dispatch wave) number, from 0."""
     seed: int
+    """The run's seed (``rng``, ``np_rng`` and ``seed_for`` derive streams per round, client and purpose)."""
     run: RunContext | None = None
+    """The run, on the server side; ``None`` in client code under a distributed executor."""
     client_id: int | None = None
+    """The client a client-bound copy belongs to (``None`` on the server side)."""
     channel: Channel | None = None
+    """The bound client's channel to the server (per-batch traffic, booked on the ledger)."""
     stash: Stash = attrs.field(factory=Stash)
+    """Per-plugin values for this round only (not checkpointed)."""
     info: dict[str, Any] = attrs.field(factory=dict)
+    """Small notes for this round that every client-bound copy shares (and carries to a worker)."""
 
     @property
     def server(self) -> ServerState:

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:  # names removed in 0.2.0 keep working, with a warning, until 0.3.0
+def __getattr__(name: str) -> object:  # names removed in 0.1.1 keep working, with a warning, until 1.0
     if name not in ("InvalidUpdateError", "ClientFailure", "check_choice"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from fedcore._deprecated import removed_attribute

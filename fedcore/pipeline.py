@@ -37,6 +37,7 @@ from fedcore.types import (
     Partition,
     Share,
 )
+from fedcore.uploads import check_uploads
 
 if TYPE_CHECKING:
     import torch
@@ -249,6 +250,7 @@ class Pipeline:
         self._pm = pm
         self._validate()
         self.hooks = Hooks(pm, self)
+        check_uploads(self)  # the aggregator merges what the share and the local update upload (fedcore.uploads)
         self.hooks.fedcore_check_pipeline(pipeline=self)  # components refuse combinations they cannot run
         if os.environ.get("FEDCORE_TRACE_HOOKS", "").strip() not in ("", "0"):
             pm.trace.root.setwriter(sys.stderr.write)

@@ -35,11 +35,12 @@ from fedcore.hookspecs import SLOT_HOOKS
 ComponentSpec = str | Mapping[str, Any]
 
 MICRO_SETUP: Mapping[str, Any] = {
-    "dataset": {"name": "synthetic", "n": 64, "n_test": 32, "num_classes": 4},
+    "dataset": {"name": "synthetic", "n": 256, "n_test": 32, "num_classes": 4},
     "model": {"name": "tiny-mlp"},
     "num_clients": 4,
 }
-"""The experiment keys a recipe's ``test_setup`` leaves out: 64 Gaussian-blob samples, a tiny MLP, 4 clients."""
+"""The experiment keys a recipe's ``test_setup`` leaves out: 256 Gaussian-blob samples (64 a client: two local steps of
+32), a tiny MLP, 4 clients."""
 
 
 def _as_dict(value: Mapping[str, Any]) -> dict[str, Any]:

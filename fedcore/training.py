@@ -28,6 +28,33 @@ OPTIMIZERS = ("sgd", "adam")
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(module, x, y) -> scalar tensor`` for one batch."""
 
+GradHook = Callable[[int, list[nn.Parameter]], None]
+"""``adjust_grads(step, params)``: change ``p.grad`` in place before the optimiser step (SCAFFOLD's control variates,
+FedDyn's linear term). It sees true gradients: under fp16 loss scaling they are unscaled first."""
+
+
+class TrainResult(float):
+    """What :func:`train_epochs` returns: the mean loss (it *is* that float, so ``loss = train_epochs(...)`` code
+    written before keeps working), with ``steps`` (optimiser steps taken) and ``samples`` (samples seen)."""
+
+    steps: int
+    samples: int
+
+    def __new__(cls, loss: float, steps: int, samples: int) -> TrainResult:
+        out = super().__new__(cls, loss)
+        out.steps, out.samples = int(steps), int(samples)
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TrainResult, (float(self), self.steps, self.samples))
+
+    @property
+    def loss(self) -> float:
+        return float(self)
+
+    def __repr__(self) -> str:
+        return f"TrainResult(loss={float(self)!r}, steps={self.steps}, samples={self.samples})"
+
 
 @attrs.frozen(kw_only=True)
 class TrainPlan:
@@ -71,14 +98,18 @@ def cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.
 def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float, optimizer: str = "sgd",
                  momentum: float = 0.0, weight_decay: float = 0.0, batch_size: int = 32, mu: float | None = None,
                  clip_norm: float = 0.0, generator: torch.Generator | None = None, loss: LossFn = cross_entropy,
-                 lr_at: Callable[[int], float] | None = None) -> float:
-    """Train the parameters of ``module`` that require grad on ``data``, in place; returns the mean loss.
+                 lr_at: Callable[[int], float] | None = None, adjust_grads: GradHook | None = None) -> TrainResult:
+    """Train the parameters of ``module`` that require grad on ``data``, in place; returns the mean loss with the
+    number of steps (a :class:`TrainResult`: a float with ``.steps`` and ``.samples``).
 
     ``generator`` shuffles the batches (draw it from ``ctx.rng("shuffle")``). ``mu=None`` adds no
-    proximal term; ``mu=0.0`` adds it with weight zero. ``clip_norm > 0`` clips the gradient norm.
-    ``lr_at(step)`` sets the learning rate before each step (warm-up, cosine). The returned mean is
-    of ``loss`` alone, without the proximal term. Under ``precision = "fp16"`` the loss is scaled
-    (``torch.amp.GradScaler``); bf16 and fp16 autocast come from the engine around client training.
+    proximal term; ``mu=0.0`` adds it with weight zero. ``lr_at(step)`` sets the learning rate before each
+    step (warm-up, cosine). Per step, after backward: ``adjust_grads(step, params)`` changes the gradients in
+    place (a per-step gradient correction), then ``clip_norm > 0`` clips the gradient norm, then the optimiser
+    steps. The returned mean is of ``loss`` alone, without the proximal term. Under ``precision = "fp16"`` the
+    loss is scaled (``torch.amp.GradScaler``) and the gradients are unscaled before ``adjust_grads`` and clipping,
+    so both see true gradients (on an overflow step they hold inf/nan and the scaler skips the step); bf16 and
+    fp16 autocast come from the engine around client training.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
@@ -102,13 +133,18 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
             opt.zero_grad(set_to_none=True)
             if scaler is None:
                 total.backward()
+                if adjust_grads is not None:
+                    adjust_grads(step, params)
                 if clip_norm > 0:
                     nn.utils.clip_grad_norm_(params, clip_norm)
                 opt.step()
-            else:  # fp16: scaled loss, unscaled gradients before clipping, steps skipped on overflow
+            else:  # fp16: scaled loss, gradients unscaled before the hook and clipping, steps skipped on overflow
                 scaler.scale(total).backward()
-                if clip_norm > 0:
+                if adjust_grads is not None or clip_norm > 0:
                     scaler.unscale_(opt)
+                if adjust_grads is not None:
+                    adjust_grads(step, params)
+                if clip_norm > 0:
                     nn.utils.clip_grad_norm_(params, clip_norm)
                 scaler.step(opt)
                 scaler.update()
@@ -119,7 +155,8 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
         for value_f, n in zip(torch.stack([v for v, _ in losses]).tolist(), (n for _, n in losses)):
             loss_sum += float(value_f) * n
             seen += n
-    return loss_sum / max(seen, 1)
+    return TrainResult(loss_sum / max(seen, 1), steps=step, samples=seen)
 
 
-__all__ = ["OPTIMIZERS", "LossFn", "TrainPlan", "cross_entropy", "make_optimizer", "train_epochs"]
+__all__ = ["OPTIMIZERS", "GradHook", "LossFn", "TrainPlan", "TrainResult", "cross_entropy", "make_optimizer",
+           "train_epochs"]

@@ -15,6 +15,7 @@ from torch import nn
 
 from fedcore.indices import IndexList, index_lists
 from fedcore.stash import Stash
+from fedcore.uploads import Upload
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -280,9 +281,13 @@ class ClientState:
     """
 
     client_id: int
+    """Whose state it is."""
     tensors: TensorDict = attrs.field(factory=dict, repr=False)
+    """Client-local tensors (personal heads, feature memories): never sent, checkpointed."""
     stash: Stash = attrs.field(factory=Stash, repr=False)
+    """Per-plugin client values under ``StashKey``s (checkpointed)."""
     rounds_participated: int = 0
+    """How many updates it has uploaded (trained and sent, whether or not they were aggregated)."""
 
 
 AUX_KIND = "aux"
@@ -377,13 +382,18 @@ class ServerState:
     """
 
     model: nn.Module
+    """The global model (observers of ``fedcore_round_start`` may replace it)."""
     version: int = 0
+    """How many aggregations the global model has had (an update's ``staleness`` counts from it)."""
     stash: Stash = attrs.field(factory=Stash, repr=False)
+    """Server-side per-plugin state under ``StashKey``s (checkpointed)."""
     client_views: dict[int, TensorDict] = attrs.field(factory=dict, repr=False)
+    """Per-client downloads an aggregator returned (`AggregateResult.per_client`)."""
     aux: ServerTensors = attrs.field(factory=ServerTensors, repr=False)
+    """Server-held tensors for clients and from them (the server-state channel, docs/hooks.md; checkpointed)."""
 
 
 __all__ = [
     "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "JobPlan", "Message",
-    "Partition", "ServerState", "ServerTensors", "Share", "TensorDict", "upload_messages",
+    "Partition", "ServerState", "ServerTensors", "Share", "TensorDict", "Upload", "upload_messages",
 ]

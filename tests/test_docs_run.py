@@ -364,3 +364,31 @@ def test_hooks_md_plugin_installs_and_runs(tmp_path: Path) -> None:
     # every client's change is scaled to norm <= 0.05, so their weighted mean moves the model by at most 0.05;
     # FedAvg moves it much further
     assert out["moved_clipped"] <= 0.05 + 1e-6 < out["moved_fedavg"]
+
+
+# -- doc examples import only the public API --------------------------------------------------------------------
+
+def _public_api_scan():
+    """``private_uses`` and the documented public API of tests/test_public_api.py (one definition of "public")."""
+    spec = importlib.util.spec_from_file_location("_public_api_for_docs", ROOT / "tests" / "test_public_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.private_uses, module.PUBLIC
+
+
+def test_no_doc_example_imports_a_private_module():
+    """docs/plugins.md §12: examples are what strangers copy, so they use only the public API (``fedcore.engine``,
+    ``fedcore.pipeline``, submodules of public packages are private). Pages written for fedcore's own developers
+    (experiments, runtime internals) may show internals only in blocks that opt out of running."""
+    private_uses, public = _public_api_scan()
+    found = []
+    for page in PAGES:
+        for b in blocks(page):
+            if b.lang != "python" or b.skip:
+                continue
+            try:
+                problems = private_uses(b.text, public)
+            except SyntaxError:
+                continue  # a fragment; test_doc_step reports it if it is meant to run
+            found += [f"{page}:{b.first_line}: {p}" for p in problems]
+    assert not found, "doc examples that import outside the public API:\n" + "\n".join(found)

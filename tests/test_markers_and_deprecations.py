@@ -1,4 +1,4 @@
-"""The markers' leaf module, and the names removed in 0.2.0 that keep working with a warning until 0.3.0."""
+"""The markers' leaf module, and the names removed in 0.1.1 that keep working with a warning until 1.0."""
 from __future__ import annotations
 
 import ast
@@ -33,7 +33,7 @@ def test_one_marker_of_each_kind():
 ])
 def test_removed_names_warn_and_still_work(module, name, hint):
     assert name not in module.__all__
-    message = rf"{module.__name__}\.{name} is deprecated since fedcore 0\.2\.0 .*{hint}"
+    message = rf"{module.__name__}\.{name} is deprecated since fedcore 0\.1\.1 and will be removed in 1\.0: .*{hint}"
     with pytest.warns(DeprecationWarning, match=message):
         obj = getattr(module, name)
     if name == "check_choice":

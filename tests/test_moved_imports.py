@@ -1,4 +1,4 @@
-"""Every import path that left the core in 0.2 still works until 0.3: same module object, a DeprecationWarning
+"""Every import path that left the core in 0.1.1 still works until 1.0: same module object, a DeprecationWarning
 naming the new place, attributed to the importing line; a missing new package is named with its pip line."""
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_old_path_imports_the_same_module_and_warns_with_the_new_place(old, new)
     moved = [w for w in caught if issubclass(w.category, DeprecationWarning) and str(w.message).startswith(f"{old} ")]
     assert len(moved) == 1, [str(w.message) for w in caught]
     message = str(moved[0].message)
-    assert f"{old} moved to {new} " in message and "pip install fedcore-" in message and "0.3" in message
+    assert f"{old} moved to {new} " in message and "pip install fedcore-" in message and "1.0" in message
     assert moved[0].filename == __file__  # the importing line, not the import machinery
     assert ns["module"] is importlib.import_module(new) is sys.modules[old]
     assert ns["module"].__spec__.name == new  # the module keeps its own spec
@@ -92,7 +92,7 @@ def test_from_old_package_import_names_and_submodules_that_moved_elsewhere():
     import fedcore_lora
     assert ns["LoRAShare"] is fedcore_lora.LoRAShare and ns["inject_lora"] is fedcore_lora.inject_lora
     assert messages == [("fedcore.lora moved to fedcore_lora (pip install fedcore-lora); "
-                         "the old path works until fedcore 0.3")]
+                         "the old path works until fedcore 1.0")]
     ns, messages = run_warned("from fedcore.schedules import RankSchedule")
     assert ns["RankSchedule"].__module__ == "fedcore_safedlora.schedules" and len(messages) == 1
     with pytest.raises(ImportError, match="cannot import name 'nothing'"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+import re
 
 import attrs
 import pytest
@@ -45,8 +46,10 @@ def test_cell_works_or_is_refused_in_one_line(recipe, scheduler):
     if c.status == "refused":
         assert c.detail and "\n" not in c.detail and not c.rows
     else:
-        assert len(c.rows) == 2 and all(row["clients"] for row in c.rows)
+        assert len(c.rows) == matrix.ROUNDS[scheduler] and all(row["clients"] for row in c.rows)
         assert all(row["num_examples"] > 0 for row in c.rows)
+        if scheduler in matrix.ASYNC_COLUMNS:  # what the column claims to test, seen in the history
+            assert c.max_staleness > 0, f"{recipe} under {scheduler} never merged a stale update"
 
 
 @pytest.mark.skipif(SCHEDULERS != list(matrix.SCHEDULERS), reason="FEDCORE_MATRIX_SCHEDULERS runs a subset")
@@ -57,6 +60,9 @@ def test_the_docs_table_is_the_generated_one():
     table = page.split(matrix.BEGIN, 1)[1].split(matrix.END, 1)[0].strip()
     assert table == matrix.markdown(cells), ("docs/recipes.md is stale: run "
                                              "python -m fedcore.experiment.matrix --write docs/recipes.md")
+    rows = {line.split(" | ")[0]: line.split(" | ")[2:] for line in table.splitlines()[2:]}
+    assert all(a != b for a, b in zip(rows["| `promptprox`"], rows["| `promptfl`"])), \
+        "promptprox and promptfl must differ in every cell of the table"
 
 
 def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
@@ -65,7 +71,10 @@ def test_the_schedule_slot_is_replaced_and_the_recipe_kept():
     assert config["dataset"]["name"] == "synthetic"  # MICRO_SETUP: fedprox declares no test setup
     prompt = matrix.cell_config("promptper", "async")
     assert prompt["model"] == {"name": "open_clip", "n_ctx": 4, "n_personal": 2}
-    assert prompt["pipeline"]["local_update"] == {"epochs": 1} and prompt["pipeline"]["schedule"]["name"] == "async"
+    assert prompt["pipeline"]["local_update"] == {"epochs": 2, "lr": 0.05}
+    assert prompt["pipeline"]["schedule"]["name"] == "async"
+    assert prompt["profiles"] == {"weights": {"tl-medium": 1, "tl-high": 1}} and prompt["clock"] == {"efficiency": 1.0}
+    assert "profiles" not in matrix.cell_config("fedprox", "uniform")  # the synchronous column keeps its setup
 
 
 # -- the matrix can fail: a refusal, a NaN aggregate, a crash --------------------------------------------------
@@ -115,7 +124,7 @@ def test_recipes():
 def test_refusal_nan_and_crash_are_told_apart(test_recipes):
     assert "matrix-test.sync" in matrix.installed_recipes()  # found in the registry, never named by the matrix
     sync = {c.scheduler: c for c in matrix.run_matrix(["matrix-test.sync"])}
-    assert sync["uniform"].status == "works" and len(sync["uniform"].rows) == 2
+    assert sync["uniform"].status == "works" and len(sync["uniform"].rows) == matrix.ROUNDS["uniform"]
     for s in ("async", "buffered", "semi-async"):
         assert sync[s].status == "refused" and sync[s].detail.endswith("sync-only needs a synchronous schedule")
     nan = matrix.run_cell("matrix-test.nan", "uniform")
@@ -123,7 +132,8 @@ def test_refusal_nan_and_crash_are_told_apart(test_recipes):
     crash = matrix.run_cell("matrix-test.crash", "uniform")
     assert crash.status == "broken" and crash.detail == "RuntimeError: boom"
     table = matrix.markdown([*sync.values(), nan, crash])
-    assert "| `matrix-test.sync` | - | works | refused: " in table and table.count("**BROKEN**") == 2
+    assert re.search(r"\| `matrix-test.sync` \| - \| works \(loss [0-9.]+→[0-9.]+\) \| refused: ", table)
+    assert table.count("**BROKEN**") == 2
 
 
 def test_row_problems():
@@ -143,3 +153,42 @@ def test_write_into_keeps_the_prose(tmp_path):
     page.write_text("no markers")
     with pytest.raises(fedcore.ConfigError, match="markers"):
         matrix.write_into(page, "| new |")
+
+
+# -- the matrix tests what it claims: stale updates, several buffered clients, learning --------------------------
+
+
+def test_an_async_cell_that_never_merges_a_stale_update_fails_the_matrix(monkeypatch):
+    """Without the devices and the clock every job arrives at once and nothing is ever stale: the cell is broken."""
+    monkeypatch.setattr(matrix, "DEVICES", {})
+    c = matrix.run_cell("fedavg", "async")
+    assert c.status == "broken" and c.max_staleness == 0
+    assert c.detail == "no stale update was merged in 5 aggregations (the column tests staleness)"
+    assert "**BROKEN**: no stale update" in matrix.markdown([c])
+
+
+def test_column_problems_staleness_and_buffered_clients():
+    fresh = [{"round": i, "clients": [0, 0]} for i in range(3)]
+    stale = [*fresh[:2], {"round": 2, "clients": [1, 2], "max_staleness": 2}]
+    sync = matrix.Cell(recipe="r", scheduler="uniform", status="works", rows=tuple(fresh))
+    assert matrix.column_problem(sync) is None
+    assert matrix.column_problem(matrix.Cell(recipe="r", scheduler="semi-async", status="works", rows=tuple(fresh))
+                                 ).startswith("no stale update was merged in 3 aggregations")
+    assert matrix.column_problem(matrix.Cell(recipe="r", scheduler="buffered", status="works",
+                                             rows=tuple(fresh[:2]) + ({**fresh[2], "max_staleness": 1},))
+                                 ) == "only 1 client was ever aggregated"
+    ok = matrix.Cell(recipe="r", scheduler="buffered", status="works", rows=tuple(stale))
+    assert matrix.column_problem(ok) is None and ok.max_staleness == 2 and ok.clients_aggregated == 3
+
+
+def test_each_cell_reports_learning_and_promptprox_differs_from_promptfl():
+    fedavg = cell("fedavg", "uniform")
+    first, last = fedavg.loss_change
+    assert last < first, "two local steps a round for three rounds must lower the micro task's loss"
+    assert f"works (loss {first:.4f}→{last:.4f})" in matrix.markdown([fedavg])
+    prox, plain = cell("promptprox", "uniform"), cell("promptfl", "uniform")
+    assert prox.status == plain.status == "works"
+    assert [r["test_loss"] for r in prox.rows] != [r["test_loss"] for r in plain.rows], \
+        "the proximal term acts from the second local step: promptprox must differ from promptfl"
+    assert matrix.markdown([prox]).split(" | ")[-1] != matrix.markdown([plain]).split(" | ")[-1], \
+        "the generated table must show them apart"

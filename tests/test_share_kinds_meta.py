@@ -14,7 +14,7 @@ class LabelledShare:
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model, client, state, ctx):
-        share = WholeModel().fedcore_split_model(model=model, client=client, ctx=ctx)
+        share = WholeModel().fedcore_split_model(model=model, client=client, state=None, ctx=ctx)
         return attrs.evolve(share, kinds={"3.bias": "logits"}, meta={"tag": client.id * 10})
 
 

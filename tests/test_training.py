@@ -106,3 +106,72 @@ def test_there_is_one_optimizer_factory_and_one_local_loop():
                     continue
                 owners.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert owners == ["fedcore/training.py:make_optimizer", "fedcore/training.py:train_epochs"]
+
+
+def test_train_epochs_returns_the_steps_with_the_loss_and_stays_a_float():
+    import json
+    import pickle
+
+    from fedcore.training import TrainResult
+
+    train, _ = tiny_data()
+    data = ClientData(dataset=train, indices=list(range(40)))
+    got = train_epochs(tiny_model(), data, epochs=3, lr=0.1, batch_size=16, generator=torch.Generator().manual_seed(7))
+    assert isinstance(got, TrainResult) and isinstance(got, float)
+    assert (got.steps, got.samples) == (3 * 3, 3 * 40)  # 40 samples in batches of 16: 3 per epoch
+    assert got.loss == float(got) and json.loads(json.dumps({"loss": got}))["loss"] == float(got)
+    again = pickle.loads(pickle.dumps(got))
+    assert (float(again), again.steps, again.samples) == (float(got), got.steps, got.samples)
+
+
+def test_the_gradient_hook_runs_before_each_step_on_true_gradients():
+    """SCAFFOLD's correction g + (c - c_i) through the hook equals the plain torch loop that adds it itself."""
+    train, _ = tiny_data()
+    data = ClientData(dataset=train, indices=list(range(40)))
+    a, b = tiny_model(), tiny_model()
+    correction = [torch.full_like(p, 0.01) for p in a.parameters()]
+    steps = []
+
+    def scaffold(step, params):
+        steps.append(step)
+        for p, c in zip(params, correction):
+            p.grad.add_(c)
+
+    got = train_epochs(a, data, epochs=2, lr=0.1, batch_size=16, clip_norm=0.5, adjust_grads=scaffold,
+                       generator=torch.Generator().manual_seed(3))
+    params = list(b.parameters())
+    opt, gen = torch.optim.SGD(params, lr=0.1), torch.Generator().manual_seed(3)
+    for _ in range(2):
+        for x, y in batches(data.dataset, data.indices, 16, generator=gen):
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(b(x), y).backward()
+            for p, c in zip(params, correction):
+                p.grad.add_(c)
+            nn.utils.clip_grad_norm_(params, 0.5)  # the hook runs before clipping
+            opt.step()
+    assert steps == list(range(got.steps)) == list(range(6))
+    for (k, v), w in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(v, w), f"{k} differs from the loop that corrects its own gradients"
+
+
+def test_the_gradient_hook_sees_unscaled_gradients_under_fp16_loss_scaling(monkeypatch):
+    from fedcore.runtime.placement import Placement
+    import fedcore.training
+
+    train, _ = tiny_data()
+    data = ClientData(dataset=train, indices=list(range(16)))
+    model = tiny_model()
+    x, y = next(iter(batches(data.dataset, data.indices, 16, shuffle=False)))
+    nn.functional.cross_entropy(model(x), y).backward()
+    true = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    seen = []
+    placement = Placement(device="cpu", precision="fp16")  # the CPU scaler: a 2**16 loss scale, like CUDA's
+    assert placement.grad_scaler() is not None
+    # the loop's loss scaler without fp16 autocast (the CPU has none), so the gradients compare with fp32's
+    monkeypatch.setattr(fedcore.training, "active_placement", lambda: placement)
+    train_epochs(model, data, epochs=1, lr=0.1, batch_size=16, generator=None,
+                 adjust_grads=lambda step, params: seen.append([p.grad.detach().clone() for p in params]))
+    assert len(seen) == 1
+    for got, want in zip(seen[0], true):
+        torch.testing.assert_close(got, want)  # scaled, they would be 65536 times larger

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -13,5 +14,6 @@ class AllData:
     """Train on the client's whole pool, every round."""
 
     @fedcore.hookimpl
-    def fedcore_select_data(self, indices: Sequence[int]) -> Sequence[int]:
+    def fedcore_select_data(self, client: Any, indices: Sequence[int], dataset: Any, share: Any, state: Any,
+                            ctx: Any) -> Sequence[int]:
         return tuple(indices)

@@ -37,7 +37,7 @@ class GlobalEval:
     batch_size: int = setting(512, low=1, help="evaluation batch size")
 
     @fedcore.hookimpl
-    def fedcore_evaluate(self, model: nn.Module, dataset: Any) -> dict[str, float]:
+    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Any, states: Any, ctx: Any) -> dict[str, float]:
         if dataset is None:
             return {}
         acc, loss = accuracy_and_loss(model, dataset, batch_size=self.batch_size)

@@ -61,7 +61,7 @@ class InnerDirichletPartition:
                                        help="a column to split by instead of the labels")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = label_values(dataset, self.partition_by, "inner-dirichlet")
         n = len(labels)
         sizes = np.asarray(self.partition_sizes if self.partition_sizes is not None

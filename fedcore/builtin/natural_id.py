@@ -36,7 +36,7 @@ class NaturalIdPartition:
                          fixture=ContractFixture(data_factory=writer_data, num_clients=3))
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: Any) -> Partition:
         values = column_of(dataset, self.partition_by, who=f"natural-id: partition_by={self.partition_by!r}")
         ids, client_of = np.unique(values, return_inverse=True)
         if len(ids) != num_clients:

@@ -46,7 +46,7 @@ class GivenPartition:
         return CheckPlan(presets=[cls(parts=[range(0, 32), range(32, 64), range(64, 96)])])
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         return Partition(train=self.parts)
 
 
@@ -55,7 +55,7 @@ class IIDPartition:
     """Shuffle and split into near-equal parts."""
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         _require_enough(num_clients, len(dataset), 1, "min_size")
         perm = run.np_rng("partition").permutation(len(dataset))
         return Partition(train=[np.sort(p) for p in np.array_split(perm, num_clients)])
@@ -74,7 +74,7 @@ class DirichletPartition:
     max_tries: int = setting(1000, low=1, help="re-draws before giving up")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         _require_enough(num_clients, len(labels), self.min_size, "min_size")
         rng = run.np_rng("partition")
@@ -108,7 +108,7 @@ class ShardPartition:
     classes_per_client: int = setting(2, low=1, help="c classes per client")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         classes = np.unique(labels)
         if self.classes_per_client > len(classes):
@@ -212,7 +212,7 @@ class QuantitySkewPartition:
     min_size: int = setting(10, low=1, help="minimum samples per client")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         n = len(dataset)
         _require_enough(num_clients, n, self.min_size, "min_size")
         rng = run.np_rng("partition")

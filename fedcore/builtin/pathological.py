@@ -46,7 +46,7 @@ class PathologicalPartition:
                                        help="a column to split by instead of the labels")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = label_values(dataset, self.partition_by, "pathological")
         classes = np.unique(labels)
         k = self.num_classes_per_partition

@@ -50,7 +50,7 @@ class LinearPartition:
     shuffle: bool = setting(True, help=SHUFFLE_HELP)
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         n = len(dataset)
         return cut(id_to_size(num_clients, n, lambda ids: ids, "linear"), n, self.shuffle, run)
 
@@ -62,7 +62,7 @@ class SquarePartition:
     shuffle: bool = setting(True, help=SHUFFLE_HELP)
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         n = len(dataset)
         return cut(id_to_size(num_clients, n, np.square, "square"), n, self.shuffle, run)
 
@@ -75,6 +75,6 @@ class ExponentialPartition:
     shuffle: bool = setting(True, help=SHUFFLE_HELP)
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         n = len(dataset)
         return cut(id_to_size(num_clients, n, np.exp, "exponential"), n, self.shuffle, run)

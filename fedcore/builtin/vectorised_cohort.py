@@ -142,7 +142,7 @@ class VectorisedCohort:
             ctx.info[CHOICES] = dict(ctx.run.settings[CHOICES])
 
     @fedcore.hookimpl
-    def fedcore_client_done(self, update: ClientUpdate, ctx: RoundContext) -> None:
+    def fedcore_client_done(self, client: Any, update: ClientUpdate, ctx: RoundContext) -> None:
         if update.meta.get("cohort") == "vectorised":
             ctx.info[TRAINED] = ctx.info.get(TRAINED, 0) + 1
         made = update.meta.get("cohort_choice")

@@ -1,6 +1,8 @@
 """The whole-model share: every client receives, trains and returns the full model (FedAvg's split)."""
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from torch import nn
 
@@ -24,7 +26,7 @@ class WholeModel:
     """Download every state entry; upload every floating entry (parameters and running statistics)."""
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: Any, ctx: RoundContext) -> Share:
         module = working_copy(model, client.id, ctx)
         state = module.state_dict()
         return Share(module=module, download=tuple(state),

@@ -30,6 +30,19 @@ SCHEDULERS: Mapping[str, Mapping[str, Any]] = {
 }
 """The four schedulers, with settings valid for a micro population (3-4 clients): the matrix's columns."""
 
+ASYNC_COLUMNS = ("async", "buffered", "semi-async")
+"""Columns that run on heterogeneous devices with a virtual clock, so updates arrive out of order and stale ones are
+merged; a working cell of these columns must show a stale update (staleness > 0) in its history."""
+
+DEVICES: Mapping[str, Any] = {"clock": {"efficiency": 1.0}, "profiles": {"weights": {"tl-medium": 1, "tl-high": 1}}}
+"""The asynchronous columns' devices: half the clients on the ``tl-medium`` profile, half on ``tl-high`` (twice the
+FLOP rate, the same links; fedcore.runtime.presets), with virtual time from each job's measured FLOPs and bytes: the
+fast half's updates overtake the slow half's, which arrive stale. (A phone/laptop mix is 4x apart on the uplink:
+with μ = 0.5 a phone's update of a ViT never arrived within the cell's rounds.)"""
+
+ROUNDS: Mapping[str, int] = {"uniform": 3, "async": 5, "buffered": 4, "semi-async": 4}
+"""Aggregations per cell: enough for a loss change to show and, in the asynchronous columns, for a stale update."""
+
 FAULT_KEYS = ("failed", "aggregate_fault", "round_failed")
 """History-row events that mean work was lost to an error: a client's job raised, the engine refused the aggregate
 (NaN/Inf, a negative variance) or no client update reached aggregation."""
@@ -50,6 +63,26 @@ class Cell:
     rows: tuple[Mapping[str, Any], ...] = ()
     seconds: float = 0.0
 
+    @property
+    def max_staleness(self) -> int:
+        """The largest staleness of an update this cell merged (0: every update was fresh)."""
+        return max((int(r.get("max_staleness") or 0) for r in self.rows), default=0)
+
+    @property
+    def clients_aggregated(self) -> int:
+        """How many distinct clients had an update merged."""
+        return len({c for r in self.rows for c in r.get("clients") or ()})
+
+    @property
+    def loss_change(self) -> tuple[float, float] | None:
+        """(first, last) test loss over the evaluated rows (train loss if none was evaluated): did training move
+        the model? None without two losses."""
+        for key in ("test_loss", "train_loss"):
+            values = [float(r[key]) for r in self.rows if isinstance(r.get(key), (int, float))]
+            if len(values) >= 2:
+                return values[0], values[-1]
+        return None
+
 
 def installed_recipes() -> list[str]:
     import fedcore
@@ -57,15 +90,26 @@ def installed_recipes() -> list[str]:
     return fedcore.plugins.registry().names("recipe")
 
 
-def cell_config(recipe: str, scheduler: str, *, rounds: int = 2) -> dict[str, Any]:
-    """The experiment config of one cell: the recipe's micro setup, its schedule slot replaced."""
+def cell_config(recipe: str, scheduler: str, *, rounds: int | None = None) -> dict[str, Any]:
+    """The experiment config of one cell: the recipe's micro setup, its schedule slot replaced; the asynchronous
+    columns on heterogeneous devices with a virtual clock (:data:`DEVICES`)."""
     from fedcore.recipes import get_recipe
 
     setup = get_recipe(recipe).micro_config()
     pipeline = dict(setup.pop("pipeline", {}))
     pipeline["schedule"] = dict(SCHEDULERS[scheduler])
-    return {"name": f"matrix-{recipe}-{scheduler}", "seed": 0, "rounds": rounds, "threads": 1, "recipe": recipe,
-            "pipeline": pipeline, **setup}
+    devices = {k: dict(v) for k, v in DEVICES.items()} if scheduler in ASYNC_COLUMNS else {}
+    return {"name": f"matrix-{recipe}-{scheduler}", "seed": 0, "rounds": rounds or ROUNDS[scheduler], "threads": 1,
+            "recipe": recipe, "pipeline": pipeline, **setup, **devices}
+
+
+def column_problem(cell: Cell) -> str | None:
+    """What a working cell failed to show that its column claims to test (None when nothing)."""
+    if cell.scheduler in ASYNC_COLUMNS and cell.max_staleness == 0:
+        return f"no stale update was merged in {len(cell.rows)} aggregations (the column tests staleness)"
+    if cell.scheduler == "buffered" and cell.clients_aggregated < 2:
+        return f"only {cell.clients_aggregated} client was ever aggregated"
+    return None
 
 
 def row_problem(rows: Sequence[Mapping[str, Any]], rounds: int) -> str | None:
@@ -85,8 +129,10 @@ def row_problem(rows: Sequence[Mapping[str, Any]], rounds: int) -> str | None:
     return None
 
 
-def run_cell(recipe: str, scheduler: str, *, rounds: int = 2) -> Cell:
-    """Plan (refusals happen here), build and run one cell, then check its history rows."""
+def run_cell(recipe: str, scheduler: str, *, rounds: int | None = None) -> Cell:
+    """Plan (refusals happen here), build and run one cell, then check its history rows and what its column
+    claims to test (:func:`column_problem`)."""
+    rounds = rounds or ROUNDS[scheduler]
     from fedcore.experiment.build import materialize, plan
     from fedcore.experiment.config import load_config
 
@@ -115,11 +161,13 @@ def run_cell(recipe: str, scheduler: str, *, rounds: int = 2) -> Cell:
         return Cell(recipe=recipe, scheduler=scheduler, status="broken", detail=problem, rows=rows, seconds=seconds)
     noted = {k: sum(len(r.get(k) or ()) for r in rows) for k in NOTED_KEYS}
     detail = ", ".join(f"{n} {k}" for k, n in noted.items() if n)
-    return Cell(recipe=recipe, scheduler=scheduler, status="works", detail=detail, rows=rows, seconds=seconds)
+    cell = Cell(recipe=recipe, scheduler=scheduler, status="works", detail=detail, rows=rows, seconds=seconds)
+    missing = column_problem(cell)
+    return attrs.evolve(cell, status="broken", detail=missing) if missing else cell
 
 
 def run_matrix(recipes: Iterable[str] | None = None, schedulers: Iterable[str] | None = None, *,
-               rounds: int = 2) -> list[Cell]:
+               rounds: int | None = None) -> list[Cell]:
     """Every cell of ``recipes`` (default: all installed) x ``schedulers`` (default: all four)."""
     import torch
 
@@ -151,11 +199,24 @@ def markdown(cells: Sequence[Cell]) -> str:
                 entries.append("-")
                 continue
             text = {"works": "works", "refused": "refused", "broken": "**BROKEN**"}[c.status]
+            if c.status == "works":
+                text += _measured(c)
             if c.detail:
                 text += ": " + c.detail.replace("|", "\\|")
             entries.append(text)
         lines.append(f"| `{r}` | {dist} | " + " | ".join(entries) + " |")
     return "\n".join(lines)
+
+
+def _measured(c: Cell) -> str:
+    """What a working cell saw: the loss change, and in the asynchronous columns the largest staleness merged."""
+    parts = []
+    change = c.loss_change
+    if change is not None:
+        parts.append(f"loss {change[0]:.4f}→{change[1]:.4f}")
+    if c.scheduler in ASYNC_COLUMNS:
+        parts.append(f"staleness ≤ {c.max_staleness}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def write_into(path: Path, table: str) -> None:
@@ -172,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", action="append", help="only these recipes (default: every installed one)")
     parser.add_argument("--scheduler", action="append", choices=list(SCHEDULERS), help="only these schedulers")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="aggregations per cell (default: ROUNDS per column)")
     parser.add_argument("--write", metavar="PAGE.md", help="write the table between the page's matrix markers")
     args = parser.parse_args(argv)
     cells = run_matrix(args.recipe, args.scheduler, rounds=args.rounds)

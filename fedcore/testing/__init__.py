@@ -7,6 +7,10 @@ from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.contracts import (
     GENERIC_CHECKS,
     SLOT_CHECKS,
+    AdvisoryCheckWarning,
+    ContractCheckError,
+    StaleExpectedFailureWarning,
+    check_hook_signatures,
     checks_for,
     parametrize_with_checks,
 )
@@ -31,8 +35,10 @@ from fedcore.testing.light_import import HEAVY_LIBRARIES, heavy_imports
 from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
-    "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractFixture", "EXECUTOR_CHECKS", "GENERIC_CHECKS",
-    "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "build_engine", "check_executor_gives_inline_history",
+    "AdvisoryCheckWarning", "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractCheckError", "ContractFixture",
+    "EXECUTOR_CHECKS", "GENERIC_CHECKS",
+    "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "StaleExpectedFailureWarning", "build_engine",
+    "check_executor_gives_inline_history", "check_hook_signatures",
     "check_executor_resumes_to_inline_history", "checks_for", "heavy_imports", "parametrize_registered",
     "parametrize_with_checks", "plan_for", "round_context", "run_tiny_pipeline", "tiny_bn_model", "tiny_data",
     "tiny_model", "tiny_vit",

@@ -13,6 +13,7 @@ import copy
 import functools
 import pickle
 from typing import Any
+import warnings
 
 import attrs
 import pluggy
@@ -66,6 +67,26 @@ def check_registers_cleanly(component: Any) -> None:
     pm.check_pending()
     provides, wraps, observes = slots_of(component)
     assert provides or wraps or observes, f"{type(component).__name__} implements no fedcore hook"
+
+
+def check_hook_signatures(component: Any) -> None:
+    """Every hook method takes the spec's full argument set, so anyone can call or subclass it with the spec's
+    keywords (pluggy would accept a subset, and the first caller passing ``state=`` gets a TypeError)."""
+    import inspect
+
+    short = []
+    for name in dir(type(component)):
+        method = getattr(type(component), name, None)
+        spec = getattr(hookspecs, name, None)
+        if not name.startswith("fedcore_") or spec is None or method is None or not hasattr(method, "fedcore_impl"):
+            continue
+        wanted = list(inspect.signature(spec).parameters)
+        taken = set(inspect.signature(method).parameters) - {"self"}
+        missing = [p for p in wanted if p not in taken]
+        if missing:
+            short.append(f"{name}({', '.join(wanted)}) lacks {', '.join(missing)}")
+    assert not short, (f"{type(component).__name__}: every hook method takes the spec's full argument set "
+                       f"(docs/hooks.md): {'; '.join(short)}")
 
 
 # -- per slot ---------------------------------------------------------------------------------
@@ -243,7 +264,10 @@ SLOT_CHECKS: dict[str, list[Callable[..., None]]] = {
     "cohort": COHORT_CHECKS,
 }
 GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
-                               check_registers_cleanly]
+                               check_registers_cleanly, check_hook_signatures]
+ADVISORY_FOR_THIRD_PARTIES = frozenset({"check_hook_signatures"})
+"""Checks added within the 0.1 line: a third party's component that fails one warns (``AdvisoryCheckWarning``)
+instead of failing, so a plugin written against an older 0.1 keeps passing its suite until 1.0."""
 
 
 def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterator[Check]:
@@ -257,15 +281,67 @@ def checks_for(component: Any, fixture: ContractFixture | None = None) -> Iterat
         yield _bind(check, fx)
 
 
+COMPANIONS_HELP = ("if it needs other components to run (the share its local update expects, the aggregator "
+                   "that merges its uploads) or a particular model, declare them: define __fedcore_checks__ returning "
+                   "fedcore.testing.CheckPlan(fixture=ContractFixture(companions=[...], model_factory=...)) "
+                   "(docs/plugins.md, \"Companions\")")
+
+
+class ContractCheckError(AssertionError):
+    """A contract check stopped inside the component with an error of its own; the message says how to declare
+    the companions or model it may need (the original error is the ``__cause__``)."""
+
+
 def _bind(check: Callable[..., None], fixture: ContractFixture) -> Check:
-    bound = functools.partial(check, fixture=fixture)
+    def bound(component: Any) -> None:
+        try:
+            check(component, fixture=fixture)
+        except AssertionError:
+            raise
+        except Exception as exc:  # not a contract violation the check asserts: the component could not run here
+            raise ContractCheckError(f"{check.__name__}: {type(component).__name__} raised {type(exc).__name__}: "
+                                     f"{exc}; {COMPANIONS_HELP}") from exc
+
     functools.update_wrapper(bound, check)
     return bound
 
 
-def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str]
-                           ) -> dict[str, list[Any]]:
-    """check name -> ``[pytest.mark.xfail(strict=True)]`` for each expected failure; unknown names are errors."""
+class StaleExpectedFailureWarning(UserWarning):
+    """A check a third-party component declared as an expected failure passes now: drop the declaration."""
+
+
+class AdvisoryCheckWarning(UserWarning):
+    """A third party's component fails a check added within 0.1: it will be required from 1.0."""
+
+
+def advisory_check(check: Check) -> Check:
+    """``check`` for a third party's component: a failure warns instead of failing (see ADVISORY_FOR_THIRD_PARTIES)."""
+
+    def advisory(component: Any) -> None:
+        try:
+            check(component)
+        except AssertionError as exc:
+            warnings.warn(f"{check.__name__} (required from fedcore 1.0): {exc}", AdvisoryCheckWarning, stacklevel=2)
+
+    functools.update_wrapper(advisory, check)
+    return advisory
+
+
+def first_party(cls: type) -> bool:
+    """Whether ``cls`` comes from fedcore or one of its own distributions (whose declarations stay strict)."""
+    from fedcore.first_party import distribution_of
+
+    module = getattr(cls, "__module__", "") or ""
+    return module.partition(".")[0] == "fedcore" or distribution_of(module) is not None
+
+
+def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Mapping[str, str], *,
+                           strict: bool = True) -> dict[str, list[Any]]:
+    """check name -> ``[pytest.mark.xfail(strict=True)]`` for each expected failure; unknown names are errors.
+
+    ``strict=False`` (a third party's declarations) gives no marks: wrap those checks with
+    :func:`lenient_check` instead, so a check fedcore fixed warns rather than failing the plugin's suite.
+    """
     import pytest
 
     names = [c.__name__ for c in checks]
@@ -273,7 +349,48 @@ def expected_failure_marks(component: Any, checks: Sequence[Check], expected: Ma
     if unknown:
         raise ConfigError(f"{type(component).__name__}: expected failure(s) {unknown} name no check it runs; "
                           f"its checks: {', '.join(names)}")
+    if not strict:
+        return {}
     return {name: [pytest.mark.xfail(reason=reason, strict=True)] for name, reason in expected.items()}
+
+
+def lenient_check(check: Check, reason: str) -> Check:
+    """``check`` as a third party's expected failure: xfails when it fails, warns when it passes.
+
+    fedcore's own declarations are strict xfails (a fixed check fails the run until the declaration goes);
+    a plugin written against an older fedcore must not break when fedcore fixes a check it declared.
+    """
+    import pytest
+
+    def lenient(component: Any) -> None:
+        try:
+            check(component)
+        except Exception as exc:  # the declared failure, as a strict xfail would take it
+            pytest.xfail(f"{reason} ({type(exc).__name__}: {exc})")
+        warnings.warn(f"{check.__name__} passes for {type(component).__name__}, which declares it an expected "
+                      f"failure ({reason}): remove the declaration", StaleExpectedFailureWarning, stacklevel=2)
+
+    functools.update_wrapper(lenient, check)
+    return lenient
+
+
+def declared_params(component: Any, checks: Sequence[Check], expected: Mapping[str, str], *, id_prefix: str,
+                    strict_extra: Mapping[str, str] | None = None) -> list[Any]:
+    """One ``pytest.param`` per check; ``expected`` (the component's and its author's declarations) is strict
+    for fedcore's own components and lenient for third parties', ``strict_extra`` (fedcore's suite) always strict."""
+    import pytest
+
+    strict = first_party(type(component))
+    marks = expected_failure_marks(component, checks, {**expected, **(strict_extra or {})})  # refuses unknown names
+    params = []
+    for check in checks:
+        name = check.__name__
+        lenient = not strict and name in expected and name not in (strict_extra or {})
+        if not strict and name in ADVISORY_FOR_THIRD_PARTIES:
+            check = advisory_check(check)
+        params.append(pytest.param(component, lenient_check(check, expected[name]) if lenient else check,
+                                   id=f"{id_prefix}-{name}", marks=() if lenient else marks.get(name, ())))
+    return params
 
 
 def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixture | None = None,
@@ -281,9 +398,10 @@ def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixtu
     """A ``pytest.mark.parametrize`` over ``(component, check)`` pairs, one test id per check.
 
     ``expected_failed_checks`` maps a check name to the reason it does not apply (e.g. an
-    order-dependent aggregator opts out of ``check_aggregate_order_invariant``); those are xfailed
-    strictly, as are the expected failures each component's class declares in its
-    :class:`~fedcore.testing.CheckPlan` (whose fixture is used when ``fixture`` is not given).
+    order-dependent aggregator opts out of ``check_aggregate_order_invariant``), on top of the expected
+    failures each component's class declares in its :class:`~fedcore.testing.CheckPlan` (whose fixture is
+    used when ``fixture`` is not given). For fedcore's own components they are strict xfails; for a third
+    party's, a declared check that passes warns (:class:`StaleExpectedFailureWarning`) instead of failing.
     """
     import pytest
 
@@ -296,8 +414,5 @@ def parametrize_with_checks(components: Sequence[Any], *, fixture: ContractFixtu
         plan = plan_for(type(component))
         checks = list(checks_for(component, fixture or plan.fixture))
         expected = {**plan.expected_for(component), **(expected_failed_checks or {})}
-        marks = expected_failure_marks(component, checks, expected)
-        for check in checks:
-            params.append(pytest.param(component, check, id=f"{type(component).__name__}[{i}]-{check.__name__}",
-                                       marks=marks.get(check.__name__, ())))
+        params += declared_params(component, checks, expected, id_prefix=f"{type(component).__name__}[{i}]")
     return pytest.mark.parametrize(("component", "check"), params)

@@ -36,9 +36,9 @@ class _CrashAfterCheckpoint(Checkpointer):
         super().__init__(root, every=1)
         self.crash_after = crash_after
 
-    def after_round(self, engine: Any, *, wall_s: float) -> Any:
-        path = super().after_round(engine, wall_s=wall_s)
-        if path is not None and engine.run_ctx.server.version > self.crash_after:
+    def after_round(self, run: Any, *, history: Any, runtime: Any, wall_s: float) -> Any:
+        path = super().after_round(run, history=history, runtime=runtime, wall_s=wall_s)
+        if path is not None and run.server.version > self.crash_after:
             raise _Interrupt
         return path
 

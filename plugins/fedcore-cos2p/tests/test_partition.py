@@ -15,7 +15,7 @@ def split(alpha, seed=0, quotas=QUOTAS, fraction=1.0):
     train, _ = load_digits()
     run = RunContext(seed=seed, num_clients=len(quotas), rounds=1, train=train, server=ServerState(model=None))
     part = QuotaDirichletPartition(quotas=quotas, alpha=alpha, fraction=fraction).fedcore_partition(
-        dataset=train, num_clients=len(quotas), run=run)
+        dataset=train, num_clients=len(quotas), test_dataset=None, run=run)
     return part, np.asarray(labels_of(train))
 
 
@@ -42,6 +42,7 @@ def test_small_alpha_skews_labels_more_and_the_split_is_reproducible():
 
 def test_a_quota_per_client_is_required():
     with pytest.raises(ConfigError, match="quotas has 2 entries for 8 clients"):
-        QuotaDirichletPartition(quotas=(1, 2)).fedcore_partition(dataset=load_digits()[0], num_clients=8, run=None)
+        QuotaDirichletPartition(quotas=(1, 2)).fedcore_partition(dataset=load_digits()[0], num_clients=8,
+                                                                 test_dataset=None, run=None)
     with pytest.raises(ConfigError, match="positive numbers"):
         QuotaDirichletPartition(quotas=(1, 0))

@@ -260,7 +260,7 @@ def test_old_component_names_point_to_the_recipe():
         fedcore.Pipeline.from_config({"plugins": [{"name": "sa-fedlora", "r_a": 3}]})
     import fedcore_safedlora
 
-    with pytest.raises(AttributeError, match=r"FedPer was removed in 0.2.0: the method is the recipe 'fedper'"):
+    with pytest.raises(AttributeError, match=r"FedPer was removed in 0.1.1: the method is the recipe 'fedper'"):
         fedcore_safedlora.FedPer  # noqa: B018
 
 

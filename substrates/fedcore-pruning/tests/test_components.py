@@ -65,12 +65,12 @@ def test_share_slices_by_budget_and_rule(rule, expect):
     model = vit()
     share = SubmodelShare(rule=rule, widths=(1.0, 0.5))
     for r, heads in zip((1, 2, 3), expect):
-        half = share.fedcore_split_model(model=model, client=ClientInfo(id=1, num_samples=5), ctx=Ctx(r))
+        half = share.fedcore_split_model(model=model, client=ClientInfo(id=1, num_samples=5), state=None, ctx=Ctx(r))
         assert half.module.spec.blocks[0].heads == heads
         assert half.module.blocks[0].attn.qkv.weight.shape == (3 * 2 * 4, 16)  # 2 of 4 heads, physically
         assert set(half.upload) == set(half.download) == set(half.module.state_dict())
         assert SubmodelSpec.from_data(half.meta[SUBMODEL_META]).to_data() == half.module.spec.to_data()
-    whole = share.fedcore_split_model(model=model, client=ClientInfo(id=2, num_samples=5), ctx=Ctx(1))
+    whole = share.fedcore_split_model(model=model, client=ClientInfo(id=2, num_samples=5), state=None, ctx=Ctx(1))
     assert whole.meta["width"] == 1.0 and whole.module.blocks[1].mlp.fc1.weight.shape == (32, 16)
 
 
@@ -95,11 +95,13 @@ def test_bad_budgets_are_refused(settings, match):
 def test_a_width_that_leaves_no_head_is_refused():
     share = SubmodelShare(widths=(0.2,))
     with pytest.raises(ConfigError, match=r"width=0.2 leaves no head: .* smallest width of this model is 1/4"):
-        share.fedcore_split_model(model=vit(), client=ClientInfo(id=0, num_samples=1), ctx=Ctx(0))
+        share.fedcore_split_model(model=vit(), client=ClientInfo(id=0, num_samples=1), state=None, ctx=Ctx(0))
 
 
 def test_submodel_share_refuses_an_aggregator_that_cannot_merge_slices():
-    with pytest.raises(ConfigError, match="the aggregator FedAvg cannot merge; use aggregate = \"masked-delta\""):
+    with pytest.raises(ConfigError, match=r"^split 'submodel-share' uploads sliced submodels, which aggregate 'fedavg' does "
+                                          r"not merge \(it merges whole weights\); use an aggregator that merges them: "
+                                          r"aggregate = \"masked-delta\"$"):
         fedcore.Pipeline([SubmodelShare(), SubmodelTrain()])
 
 
@@ -139,12 +141,12 @@ def test_a_mismatched_index_map_is_one_error_and_nothing_merges():
 def test_stale_updates_are_scattered_or_dropped_with_the_reason():
     model = vit()
     good = trained_update(model, fedrolex_spec(ViTShape.of(model), 0.5, round=0))
-    adapted = MaskedDelta().fedcore_adapt_update(update=good, model=model)
+    adapted = MaskedDelta().fedcore_adapt_update(update=good, model=model, ctx=None)
     assert adapted.meta[COORDINATES_META] == "global"
     bad = attrs.evolve(good, meta={SUBMODEL_META: {**good.meta[SUBMODEL_META], "window_length": 9}})
-    dropped = MaskedDelta().fedcore_adapt_update(update=bad, model=model)
+    dropped = MaskedDelta().fedcore_adapt_update(update=bad, model=model, ctx=None)
     assert isinstance(dropped, DropUpdate) and "its index map is invalid" in dropped.reason
-    assert MaskedDelta().fedcore_adapt_update(update=attrs.evolve(good, meta={}), model=model) is None
+    assert MaskedDelta().fedcore_adapt_update(update=attrs.evolve(good, meta={}), model=model, ctx=None) is None
 
 
 def test_overlapping_submodels_average_per_element_untouched_elements_stay():

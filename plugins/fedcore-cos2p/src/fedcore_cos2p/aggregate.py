@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -23,9 +23,10 @@ from torch import nn
 
 import fedcore
 from fedcore import RoundContext
+from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.stash import StashKey
-from fedcore.types import AggregateResult, ClientUpdate, TensorDict
+from fedcore.types import AggregateResult, ClientUpdate, TensorDict, Upload
 from fedcore_cos2p.coords import check_same_model, shape_of, spec_from_json, trained_mask, zeros_like_global
 from fedcore_pruning import SubmodelMismatchError, ViTShape, masked_weighted_delta, scatter
 
@@ -108,6 +109,9 @@ def to_global(update: ClientUpdate, global_state: Mapping[str, torch.Tensor], vi
 class Cos2pAggregate:
     """Staleness- and magnitude-aware element-wise merge of submodel deltas, plus the eval-only head."""
 
+    merges: ClassVar[Upload] = Upload.SUBMODEL
+    """Co-S2P's sliced submodels (``meta["cos2p"]``), mapped back to global coordinates."""
+
     weighting: str = setting("gamma", choices=("gamma", "uniform", "samples"),
                              help="Eq. 4 γ (Co-S2P), per-element count average (FedRolex/HeteroFL) or sample counts")
     staleness: str = setting("none", choices=STALENESS,
@@ -134,6 +138,16 @@ class Cos2pAggregate:
         from fedcore_cos2p.checks import check_plan
 
         return check_plan("aggregate")
+
+    @fedcore.hookimpl
+    def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
+        """It reads Co-S2P's submodel description (``meta["cos2p"]``), which only ``cos2p-share`` writes."""
+        from fedcore_cos2p.share import Cos2pShare
+
+        split = pipeline.provider("split")
+        if not isinstance(split, Cos2pShare):
+            raise ConfigError(f"aggregate 'cos2p-aggregate' merges Co-S2P submodels, which split "
+                              f"{type(split).__name__} does not upload; use split = \"cos2p-share\"")
 
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext

@@ -55,7 +55,7 @@ class QuotaDirichletPartition:
         return CheckPlan(presets=[cls(quotas=(1, 2, 3))])
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         if len(self.quotas) != num_clients:
             raise ConfigError(f"QuotaDirichletPartition.quotas has {len(self.quotas)} entries for {num_clients} "
                               "clients; give one quota per client")

@@ -16,7 +16,7 @@ global coordinates by :meth:`fedcore_adapt_update`, because the global model's s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -26,7 +26,7 @@ import fedcore
 from fedcore import RoundContext
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
-from fedcore.types import ClientInfo, ClientState, ClientUpdate, DropUpdate, Share
+from fedcore.types import ClientInfo, ClientState, ClientUpdate, DropUpdate, Share, Upload
 from fedcore_cos2p.budgets import ClientBudget, check_budget
 from fedcore_cos2p.coords import shape_of, spec_from_json, spec_to_json, zeros_like_global
 from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, random_masks
@@ -74,6 +74,9 @@ def tie_break_scores(shape: ViTShape, blocks: int, seed: int) -> dict[str, torch
 @attrs.frozen(eq=False, kw_only=True)
 class Cos2pShare:
     """Rolling depth window plus structured width per client, sized by the client's resource budget R_n."""
+
+    uploads: ClassVar[Upload] = Upload.SUBMODEL
+    """Sliced submodels (their index map in ``meta["cos2p"]``): only a submodel aggregator merges them."""
 
     budgets: dict[str, float] = attrs.field(factory=dict, converter=_budgets, metadata={
         "help": "device profile -> resource budget R_n in (0, 1] (the paper's Tab. 7)", "kind": dict})
@@ -185,6 +188,16 @@ class Cos2pShare:
                           "fixed": {p: [kept_indices(m[b]) for b in range(blocks)] for p, m in fixed.items()}}}
         return Share(module=module, download=download, upload=upload, meta=meta,
                      signature=f"cos2p:{phase}:{start}+{length}")
+
+    @fedcore.hookimpl
+    def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
+        """Co-S2P's submodels (``meta["cos2p"]``) are not ``fedcore_pruning``'s: only its own aggregator reads them."""
+        from fedcore_cos2p.aggregate import Cos2pAggregate
+
+        aggregator = pipeline.provider("aggregate")
+        if not isinstance(aggregator, Cos2pAggregate):
+            raise ConfigError(f"split 'cos2p-share' uploads Co-S2P submodels, which aggregate "
+                              f"{type(aggregator).__name__} cannot merge; use aggregate = \"cos2p-aggregate\"")
 
     @fedcore.hookimpl
     def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module, ctx: RoundContext

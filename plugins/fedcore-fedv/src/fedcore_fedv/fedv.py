@@ -6,7 +6,7 @@ and any aggregator for the heads and tails (the paper's uniform FedAvg by defaul
 with ``server_grad="zo"``.
 
 ``FedV`` / ``FedVZ`` below are deprecated multi-slot shells over those components (same runs bit for
-bit), kept until 0.3.0 for Python code that built them directly; they are not registered by name.
+bit), kept until 1.0 for Python code that built them directly; they are not registered by name.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class FedV:
     record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore_fedv.inversion)")
 
     def __attrs_post_init__(self) -> None:
-        warnings.warn(f"{type(self).__name__} fills several slots and is deprecated; use "
+        warnings.warn(f"{type(self).__name__} fills several slots and is deprecated (removed in fedcore 1.0); use "
                       f"fedcore.recipe({type(self).__name__.lower()!r}) or FedVShare + FedVTrain + an aggregator",
                       DeprecationWarning, stacklevel=3)
 

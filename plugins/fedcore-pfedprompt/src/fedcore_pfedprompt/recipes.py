@@ -31,7 +31,9 @@ RECIPES = {
                                 "(model: open_clip with n_personal > 0)", evaluate="promptper",
                                 test_setup={**TEST_SETUP, "model": {**TEST_SETUP["model"], "n_personal": 2}}),
     "promptprox": _promptfl_with("PromptProx: FedProx on the prompt, CE + mu/2 ||P - P_global||^2",
-                                 local_update="promptprox"),
+                                 local_update="promptprox",
+                                 test_setup={**TEST_SETUP, "pipeline": {  # mu = 1 (the grid's largest): visible
+                                     **TEST_SETUP["pipeline"], "local_update": {"epochs": 2, "lr": 0.05, "mu": 1.0}}}),
     "promptamp": _promptfl_with("PromptAMP: FedAMP on the prompt, a cloud prompt per client from similar clients",
                                 aggregate="promptamp", evaluate="personal-prompt-eval"),
 }

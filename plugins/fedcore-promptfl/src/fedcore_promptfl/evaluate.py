@@ -25,7 +25,7 @@ class ClassifierEval:
     batch_size: int = setting(512, low=1, help="evaluation batch size")
 
     @fedcore.hookimpl
-    def fedcore_evaluate(self, model: nn.Module, dataset: Any) -> dict[str, float]:
+    def fedcore_evaluate(self, model: nn.Module, dataset: Any, clients: Any, states: Any, ctx: Any) -> dict[str, float]:
         if dataset is None:
             return {}
         was_training = model.training

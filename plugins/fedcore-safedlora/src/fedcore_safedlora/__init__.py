@@ -27,8 +27,8 @@ _REMOVED = {"SAFedLoRA": "sa-fedlora", "FedLoRA": "fedlora", "FedFFT": "fedfft",
 
 
 def __getattr__(name: str) -> object:
-    if name in _REMOVED:  # the multi-slot classes of 0.1 are recipes since 0.2.0
-        raise AttributeError(f"fedcore_safedlora.{name} was removed in 0.2.0: the method is the recipe "
+    if name in _REMOVED:  # the multi-slot classes of 0.1 are recipes since 0.1.1
+        raise AttributeError(f"fedcore_safedlora.{name} was removed in 0.1.1: the method is the recipe "
                              f"{_REMOVED[name]!r} of single-slot components; use fedcore.recipe({_REMOVED[name]!r}) "
                              f"or recipe = {_REMOVED[name]!r} in TOML")
     raise AttributeError(f"module 'fedcore_safedlora' has no attribute {name!r}")

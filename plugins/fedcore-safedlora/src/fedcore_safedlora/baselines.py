@@ -55,7 +55,8 @@ class FullShare:
     """Federated full fine-tuning (FedFFT): every parameter is trained, every entry sent down, parameters up."""
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
+                            ctx: fedcore.RoundContext) -> Share:
         params = [n for n, _ in model.named_parameters()]
         return subset_share(model, client.id, ctx, params, download=list(model.state_dict()))
 
@@ -67,7 +68,8 @@ class BitFitShare:
     pattern: str = setting(r"\.bias$|^head\.", help="regex of the entries trained and sent")
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: ClientState,
+                            ctx: fedcore.RoundContext) -> Share:
         params = dict(model.named_parameters())
         keys = [k for k in matching_keys(model, self.pattern, setting="BitFitShare.pattern") if k in params]
         if not keys:

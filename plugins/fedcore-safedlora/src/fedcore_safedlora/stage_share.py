@@ -44,7 +44,7 @@ class StageShare:
                               f"name or train_head_in_lora_stage=false")
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: Any, ctx: fedcore.RoundContext) -> Share:
         signature = share_signature(model)
         if signature == "stage1":  # no adapters yet
             params = [n for n, _ in model.named_parameters()]

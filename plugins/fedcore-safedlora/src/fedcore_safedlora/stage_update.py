@@ -1,6 +1,8 @@
 """SA-FedLoRA's local update: E1 epochs with the proximal term in stage 1 (Eq. 5), E2 plain epochs in stage 2."""
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 import fedcore
@@ -26,7 +28,7 @@ class StageUpdate(Trainer):
         return self.plan(epochs=self.e2_local_epochs)
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
-                             ) -> ClientUpdate:
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: Any,
+                             ctx: fedcore.RoundContext) -> ClientUpdate:
         plan = self.vectorised_plan(share)
         return self.train(client, share, data, ctx, epochs=plan.epochs, mu=plan.mu or 0.0)

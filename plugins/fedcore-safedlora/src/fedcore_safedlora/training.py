@@ -7,6 +7,7 @@ Eq. 5), optional gradient-norm clipping (ViT-FL lineage).
 """
 from __future__ import annotations
 
+from typing import Any
 import warnings
 
 import attrs
@@ -22,8 +23,8 @@ from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
 def train_trainable(module: nn.Module, data: ClientData, *, epochs: int, lr: float, optimizer: str = "sgd",
                     momentum: float = 0.9, weight_decay: float = 0.0, batch_size: int = 32, clip_norm: float = 0.0,
                     mu: float = 0.0, generator: torch.Generator | None = None) -> float:
-    """Deprecated since 0.2.0 (removed in 0.3.0): use :func:`fedcore.training.train_epochs`."""
-    warnings.warn("fedcore_safedlora.train_trainable is deprecated and will be removed in 0.3.0; use "
+    """Deprecated since 0.1.1 (removed in 1.0): use :func:`fedcore.training.train_epochs`."""
+    warnings.warn("fedcore_safedlora.train_trainable is deprecated and will be removed in 1.0; use "
                   "fedcore.training.train_epochs (mu=None for no proximal term)", DeprecationWarning, stacklevel=2)
     return train_epochs(module, data, epochs=epochs, lr=lr, optimizer=optimizer, momentum=momentum,
                         weight_decay=weight_decay, batch_size=batch_size, clip_norm=clip_norm,
@@ -64,6 +65,6 @@ class EpochsUpdate(Trainer):
         return self.plan(epochs=self.epochs)
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, ctx: fedcore.RoundContext
-                             ) -> ClientUpdate:
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: Any,
+                             ctx: fedcore.RoundContext) -> ClientUpdate:
         return self.train(client, share, data, ctx, epochs=self.epochs)

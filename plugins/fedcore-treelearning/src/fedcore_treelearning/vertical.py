@@ -21,7 +21,7 @@ class VerticalPartition:
     fraction: float = setting(1.0, low=0.0, high=1.0, low_open=True, help="share of the training set used")
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: Any) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: Any) -> Partition:
         n = max(1, round(self.fraction * len(dataset)))
         ids = sorted(int(i) for i in run.np_rng("partition").permutation(len(dataset))[:n])
         return Partition(train=[list(ids) for _ in range(num_clients)])

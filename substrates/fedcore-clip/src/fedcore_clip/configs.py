@@ -8,8 +8,8 @@ fedcore-pre-trained or open_clip weights) and the captioned data sets ``clip.sha
 
 ``classnames`` default to the data set's class names (the experiment builder fills them in). ``open_clip`` is
 the one name of a CLIP model: ``arch`` + ``pretrained`` mean the same in ``clip-image-classifier`` (the
-fine-tune baselines, which share :func:`load_clip`). ``prompted-clip``, its name before 0.2, still works with a
-``DeprecationWarning`` until 0.3.
+fine-tune baselines, which share :func:`load_clip`). ``prompted-clip``, its name before 0.1.1, still works with a
+``DeprecationWarning`` until 1.0.
 """
 from __future__ import annotations
 
@@ -119,9 +119,9 @@ def prompted_clip_model(*, classnames: Sequence[str] | None = None, arch: str = 
 
 @functools.wraps(prompted_clip_model, assigned=())  # its signature and help, its own docstring
 def deprecated_prompted_clip(**settings: Any) -> Any:
-    """``prompted-clip``: the ``open_clip`` model under its name before 0.2 (same settings; removed in 0.3)."""
+    """``prompted-clip``: the ``open_clip`` model under its name before 0.1.1 (same settings; removed in 1.0)."""
     warnings.warn("model = \"prompted-clip\" is now called \"open_clip\" (same settings); the old name goes in "
-                  "fedcore 0.3", DeprecationWarning, stacklevel=2)
+                  "fedcore 1.0", DeprecationWarning, stacklevel=2)
     return prompted_clip_model(**settings)
 
 
@@ -155,6 +155,7 @@ TEST_SETUP: dict[str, Any] = {
     "dataset": {"name": "clip.shapes", "n_train_per_class": 8, "n_test_per_class": 2, "num_classes": 6},
     "model": {"name": "open_clip", "n_ctx": 4},
     "num_clients": 3,
-    "pipeline": {"partition": {"shots": 2, "classes_per_client": 2}, "local_update": {"epochs": 1}},
+    "pipeline": {"partition": {"shots": 2, "classes_per_client": 2}, "local_update": {"epochs": 2, "lr": 0.05}},
 }
-"""A prompt recipe's micro run (``Recipe.test_setup``): the random-weight tiny CLIP, 6 shape classes, 3 clients."""
+"""A prompt recipe's micro run (``Recipe.test_setup``): the random-weight tiny CLIP, 6 shape classes, 3 clients, two
+local epochs (two steps: a proximal term only acts from the second) at a learning rate that moves the prompt."""

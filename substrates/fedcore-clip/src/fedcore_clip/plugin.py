@@ -13,6 +13,6 @@ def fedcore_register_components(registry):
     registry.add("prompt-eval", PromptEval)
     registry.add("vectorised-prompt", VectorisedPromptCohort)
     registry.add_model("open_clip", configs.prompted_clip_model)
-    registry.add_model("prompted-clip", configs.deprecated_prompted_clip)  # the name before 0.2; goes in 0.3
+    registry.add_model("prompted-clip", configs.deprecated_prompted_clip)  # the name before 0.1.1; goes in 1.0
     registry.add_dataset("clip.shapes", configs.shapes)
     registry.add_dataset("clip.digits", configs.digits)

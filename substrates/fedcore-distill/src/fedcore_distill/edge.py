@@ -19,7 +19,7 @@ from fedcore.data import gather
 from fedcore.runtime import book_samples
 from fedcore.settings import setting
 from fedcore.stash import StashKey
-from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share
+from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share, Upload
 from fedcore_distill.losses import soft_kd
 from fedcore_distill.messages import FEATURES, LABELS, LOGITS, SAMPLE_IDS, FeaturePacket, teacher_lookup
 from fedcore_distill.share import EDGE_PREFIX, EdgeClient, teacher_of
@@ -50,6 +50,8 @@ class EdgeKDTrain:
 
     loss_scaling: ClassVar[bool] = False
     """The CE + KD loop has no loss scaling: precision = "fp16" is refused."""
+    uploads: ClassVar[Upload] = Upload.FEATURES
+    """The feature/logit/label uplink of every sample it trained on."""
 
     epochs: int = setting(1, low=1, help="E_c: local epochs per round")
     batch_size: int = setting(64, low=1)

@@ -45,7 +45,7 @@ class PGroupPartition:
         return CheckPlan(presets=[cls(p=0.5, num_groups=3)])  # the check fixture has 3 clients, 4 classes
 
     @fedcore.hookimpl
-    def fedcore_partition(self, dataset: Any, num_clients: int, run: RunContext) -> Partition:
+    def fedcore_partition(self, dataset: Any, num_clients: int, test_dataset: Any, run: RunContext) -> Partition:
         labels = labels_of(dataset)
         num_classes = int(labels.max()) + 1
         if num_clients < self.num_groups:

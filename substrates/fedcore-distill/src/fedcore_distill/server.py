@@ -11,7 +11,7 @@ their staleness.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -23,7 +23,7 @@ from fedcore import RoundContext
 from fedcore.builtin import working_copy
 from fedcore.settings import setting
 from fedcore.stash import StashKey
-from fedcore.types import AggregateResult, ClientUpdate
+from fedcore.types import AggregateResult, ClientUpdate, Upload
 from fedcore_distill.evaluate import HEADS, pick_head, server_heads
 from fedcore_distill.losses import soft_kd, two_head_loss
 from fedcore_distill.messages import DOWNLINK_KINDS, TEACHER_IDS, TEACHER_LOGITS, FeaturePacket, check_feature_shapes
@@ -40,6 +40,9 @@ def _heads(out: Any) -> tuple[torch.Tensor, torch.Tensor]:
 @attrs.frozen(eq=False, kw_only=True)
 class KDServer:
     """Aggregate slot: persistent server trainer on uploaded features; per-client server logits as views."""
+
+    merges: ClassVar[Upload] = Upload.FEATURES
+    """Trains the server model on the clients' features and logits; it merges no weights."""
 
     loss: str = setting("hard-dist", choices=("hard-dist", "soft-kd", "ce"),
                         help="hard-dist: FedVKD; soft-kd: FedGKT; ce: FedGKT with server KD off (FedML runs)")

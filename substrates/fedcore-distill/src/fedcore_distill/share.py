@@ -8,6 +8,8 @@ aggregator keeps for that client on the server-state channel, ``ServerState.aux`
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 import torch
 from torch import nn
@@ -17,7 +19,7 @@ from fedcore import ConfigError, RoundContext
 from fedcore.builtin import working_copy
 from fedcore.rng import derive_seed
 from fedcore.settings import setting
-from fedcore.types import ClientInfo, ClientState, Share
+from fedcore.types import ClientInfo, ClientState, Share, Upload
 from fedcore_distill.messages import DOWNLINK_KINDS, TEACHER_IDS, TEACHER_LOGITS, UPLINK_KINDS
 from fedcore_distill.models import EdgeCNN, KDSystem
 
@@ -100,6 +102,9 @@ def _classes(system: KDSystem) -> int:
 class EdgeShare:
     """Split slot: the client's edge CNN; downloads only the server logits of its samples, uploads only
     sample ids, features, edge logits and labels."""
+
+    uploads: ClassVar[Upload] = Upload.FEATURES
+    """Sample ids, features, edge logits and labels: the edge weights never leave the client."""
 
     same_init: bool = setting(False, help="all clients start from the same edge weights (spec A18 option)")
 

@@ -166,6 +166,6 @@ class LoRAShare:
                     dropout=lora.dropout, seed=derive_seed(run.seed, "lora-share", "lora-init"))
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: fedcore.RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: Any, ctx: fedcore.RoundContext) -> Share:
         share = lora_share(model, client.id, ctx, extra=self.extra)
         return attrs.evolve(share, signature=f"lora-r{current_rank(model)}")

@@ -23,7 +23,7 @@ from fedcore import RoundContext
 from fedcore.builtin import convex_mean, float_buffer_names
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
-from fedcore.types import AggregateResult, ClientUpdate, DropUpdate
+from fedcore.types import AggregateResult, ClientUpdate, DropUpdate, Upload
 from fedcore_pruning.aggregate import masked_weighted_delta
 from fedcore_pruning.errors import SubmodelMismatchError
 from fedcore_pruning.shape import ViTShape
@@ -47,8 +47,8 @@ class MaskedDelta:
     ``weighting = "samples"`` and fresh updates this is FedAvg.
     """
 
-    merges_submodels: ClassVar[bool] = True
-    """Submodel shares (``submodel-share``) accept only aggregators that declare this."""
+    merges: ClassVar[Upload] = Upload.SUBMODEL | Upload.WEIGHTS
+    """Sliced submodels (``submodel-share``) and whole-model updates (merged as full masks)."""
 
     weighting: str = setting("uniform", choices=("uniform", "samples"),
                              help="element weight of an update: 1 (count average) or its sample count")
@@ -75,7 +75,7 @@ class MaskedDelta:
         return AggregateResult(state=merged, metrics={"coverage": covered / max(total, 1)})
 
     @fedcore.hookimpl
-    def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module) -> Any:
+    def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module, ctx: RoundContext) -> Any:
         if SUBMODEL_META not in update.meta:
             return None
         try:

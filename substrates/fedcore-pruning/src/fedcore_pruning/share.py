@@ -7,12 +7,13 @@ so every unit trains equally often), ``prefix`` is HeteroFL (always the first un
 stream, the embeddings and the head stay whole, so every client trains the full depth.
 
 The share's ``meta["submodel"]`` is the spec's index map; it travels with the update (also while stale)
-to an aggregator that declares ``merges_submodels`` (``masked-delta``), and is refused with any other.
+to an aggregator that declares ``merges`` with ``Upload.SUBMODEL`` (``masked-delta``), and is refused with any
+other when the pipeline is built (``fedcore.types.Upload``).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from torch import nn
@@ -21,7 +22,7 @@ import fedcore
 from fedcore import RoundContext
 from fedcore.errors import ConfigError
 from fedcore.settings import setting
-from fedcore.types import ClientInfo, Share
+from fedcore.types import ClientInfo, Share, Upload
 from fedcore_pruning.aggregator import MaskedDelta
 from fedcore_pruning.checks import vit_check_plan
 from fedcore_pruning.rules import IndexRule, check_width_keeps_a_head, prefix_indices, rolling_indices, width_spec
@@ -46,6 +47,9 @@ class SubmodelShare:
     ``rule = "rolling"`` is FedRolex, ``rule = "prefix"`` HeteroFL. Needs a ViT global model (a timm
     ``VisionTransformer`` or a ``PrunableViT``) and an aggregator that merges submodels (``masked-delta``).
     """
+
+    uploads: ClassVar[Upload] = Upload.SUBMODEL
+    """Physically sliced submodels, their index map in ``meta["submodel"]``."""
 
     rule: str = setting("rolling", choices=tuple(INDEX_RULES),
                         help="which units a client keeps: rolling (FedRolex) or prefix (HeteroFL)")
@@ -77,15 +81,7 @@ class SubmodelShare:
         return width_spec(shape, width, INDEX_RULES[self.rule], round)
 
     @fedcore.hookimpl
-    def fedcore_check_pipeline(self, pipeline: Any) -> None:
-        aggregator = pipeline.provider("aggregate")
-        if not getattr(type(aggregator), "merges_submodels", False):
-            name = type(aggregator).__name__
-            raise ConfigError(f"submodel-share uploads sliced submodels, which the aggregator {name} cannot merge; "
-                              "use aggregate = \"masked-delta\" (or an aggregator declaring merges_submodels)")
-
-    @fedcore.hookimpl
-    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, ctx: RoundContext) -> Share:
+    def fedcore_split_model(self, model: nn.Module, client: ClientInfo, state: Any, ctx: RoundContext) -> Share:
         spec = self.spec_for(ViTShape.of(model), client, ctx.round)
         module = extract(model, spec)
         names = list(module.state_dict())

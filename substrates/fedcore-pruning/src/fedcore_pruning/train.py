@@ -63,7 +63,8 @@ class SubmodelTrain:
     weight_decay: float = setting(0.0, low=0.0, help="weight decay of the optimizer")
 
     @fedcore.hookimpl
-    def fedcore_local_update(self, share: Share, data: ClientData, ctx: RoundContext) -> ClientUpdate:
+    def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: Any,
+                             ctx: RoundContext) -> ClientUpdate:
         module = share.module
         params = [p for p in module.parameters() if p.requires_grad]
         if not params:

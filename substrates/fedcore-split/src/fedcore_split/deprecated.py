@@ -1,4 +1,4 @@
-"""Deprecated multi-slot classes (until 0.3.0): ``SplitLearning``, ``SplitFedV1``, ``SplitFedV2``, ``VanillaSL``.
+"""Deprecated multi-slot classes (until 1.0): ``SplitLearning``, ``SplitFedV1``, ``SplitFedV2``, ``VanillaSL``.
 
 They fill split + local update + aggregate (``VanillaSL`` also the schedule) with one object, so no
 other aggregator can be used with them. Each is now a thin shell over the single-slot components
@@ -48,8 +48,8 @@ class SplitLearning:
     record_messages: bool = setting(False, help="keep a transcript of every message (privacy audits)")
 
     def __attrs_post_init__(self) -> None:
-        warnings.warn(f"{type(self).__name__} fills several slots and is deprecated; use the recipe "
-                      f"(fedcore.recipe(\"splitfed-v1\"), ...) or SplitShare + SplitTrain + an aggregator",
+        warnings.warn(f"{type(self).__name__} fills several slots and is deprecated (removed in fedcore 1.0); use the "
+                      f"recipe (fedcore.recipe(\"splitfed-v1\"), ...) or SplitShare + SplitTrain + an aggregator",
                       DeprecationWarning, stacklevel=3)
 
     @property
