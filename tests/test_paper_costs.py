@@ -251,10 +251,6 @@ def test_paper_config_passes_its_smoke_run(name):
 def test_safedlora_lora_stage_passes_its_smoke_run():
     """The Swin-T config's second stage: peft LoRA adapters on timm Swin-T's block linears, rank 12, trained and
     sent with the head (the config's own smoke run is stage 1, the whole model)."""
-
-Every test here is ``slow`` (docs/testing.md): each dry run builds a paper's architectures on the meta device,
-each smoke run builds one for real, which the quick loop leaves to the full suite. One xdist worker runs the
-module, so each paper's dry run is made once.
     torch.set_num_threads(1)
     outcome = smoke(plan(load_config(PAPER / "safedlora_cifar10.toml", ["pipeline.plugins.0.t1_rounds=0"])))
     assert outcome.ok, outcome.problem
