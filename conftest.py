@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+collect_ignore = ["tests/fixtures"]
+"""Frozen third-party plugins (tests/fixtures/fedcore-robust-0.1.0): their own suites run against their own code
+inside test_fresh_install's venv, never against the in-repo plugin of the same name."""
+
 _started: list[str] = []
 _FIRST = pytest.StashKey[int]()
 _PROCESS_STARTERS = ("python", "bash", "sh", "pip", "fedcore", "ray", "gcs_server", "raylet")

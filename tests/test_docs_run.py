@@ -286,12 +286,14 @@ NAMED_FILE = re.compile(r"^(?:\./)?((?:[\w.-]+/)+[\w.-]+\.(?:py|toml|md))$")
 
 
 def named_files(command: str) -> list[str]:
-    """The repository files a command line names: path-like arguments ending in .py/.toml/.md, not under runs/."""
+    """The repository files a command line names: path-like arguments ending in .py/.toml/.md, not under runs/,
+    and not a placeholder (an upper-case stem such as ``examples/paper/NAME.toml`` stands for any file there)."""
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
         words = command.split()
-    return [m.group(1) for w in words for m in [NAMED_FILE.match(w)] if m and not m.group(1).startswith("runs/")]
+    return [m.group(1) for w in words for m in [NAMED_FILE.match(w)]
+            if m and not m.group(1).startswith("runs/") and not Path(m.group(1)).stem.isupper()]
 
 
 COMMANDS = [s for s in ALL_STEPS if s.kind == "command" and named_files(s.text)]

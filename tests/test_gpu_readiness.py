@@ -120,6 +120,7 @@ def test_a_dropout_site_draws_what_a_lone_dropout_call_draws_from_the_same_strea
     assert not torch.equal(site.draw(torch.ones(5, 6)), lone)  # the stream moved on, as the lone client's does
 
 
+@pytest.mark.integration
 def test_a_checkout_that_pip_never_installed_finds_every_first_party_plugin(tmp_path):
     """``python -S`` sees no site-packages (no editable install, no dist-info): the source tree's metadata is all."""
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import source_tree; source_tree.activate(force=True, "

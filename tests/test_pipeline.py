@@ -69,7 +69,8 @@ def test_a_wrapper_alone_wraps_the_default_provider():
 
 def test_two_providers_name_both():
     with pytest.raises(SlotConflictError, match=r"slot 'aggregate' is provided by more than one component: "
-                                                r"fedavg \(fedcore 0\.1\.0\), OtherAggregator"):
+                                                rf"fedavg \(fedcore {re.escape(fedcore.__version__)}\), "
+                                                r"OtherAggregator"):
         fedcore.Pipeline([FedAvg(), OtherAggregator()])
 
 

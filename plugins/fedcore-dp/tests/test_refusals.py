@@ -35,7 +35,7 @@ class FeatureUpload:
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model, client, state, ctx):
-        share = WholeModel().fedcore_split_model(model=model, client=client, ctx=ctx)
+        share = WholeModel().fedcore_split_model(model=model, client=client, state=state, ctx=ctx)
         return attrs.evolve(share, kinds={k: "features" for k in share.upload})
 
 

@@ -131,8 +131,8 @@ def test_ditto_personal_step_is_the_papers_equation():
     grads = torch.autograd.grad(cross_entropy(v, x, y), list(v.parameters()))
     expected = {n: (p - lr * (g + lam * (p - w.state_dict()[n]))).detach()
                 for (n, p), g in zip(v.named_parameters(), grads)}
-    share = WholeModel().fedcore_split_model(model=w, client=ClientInfo(id=0, num_samples=8), ctx=None)
     state = ClientState(client_id=0, tensors={k: t.clone() for k, t in v0.items()})
+    share = WholeModel().fedcore_split_model(model=w, client=ClientInfo(id=0, num_samples=8), state=state, ctx=None)
     DittoUpdate(lam=lam, personal_epochs=1, lr=lr, batch_size=8).fedcore_local_update(
         client=ClientInfo(id=0, num_samples=8), share=share, data=data, state=state, ctx=Ctx())
     for n, want in expected.items():

@@ -121,8 +121,8 @@ class LogitUpload:
     """A share whose upload is labelled as logits."""
 
     @fedcore.hookimpl
-    def fedcore_split_model(self, model, client, ctx):
-        share = WholeModel().fedcore_split_model(model=model, client=client, ctx=ctx)
+    def fedcore_split_model(self, model, client, state, ctx):
+        share = WholeModel().fedcore_split_model(model=model, client=client, state=state, ctx=ctx)
         return attrs.evolve(share, kinds={k: "logits" for k in share.upload})
 
 

@@ -127,7 +127,7 @@ class DPFedAvg:
     # -- server: the share tells the client the round's clip norm ---------------------------
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_split_model(self, ctx: RoundContext) -> Any:
+    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: RoundContext) -> Any:
         share: Share = yield
         refuse_unbounded_upload("dp-fedavg", share)
         bound = self.clip_now(ctx.server.stash)
@@ -140,7 +140,7 @@ class DPFedAvg:
     # -- clients: clip (and noise) each change after local training -------------------------
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_train_cohort(self, jobs: Sequence[Any]) -> Any:
+    def fedcore_train_cohort(self, jobs: Sequence[Any], ctx: Any) -> Any:
         starts = [start_values(job.share) for job in jobs]
         outcomes = yield
         return [self.privatise(job, start, out) if isinstance(out, ClientUpdate) else out

@@ -62,7 +62,8 @@ class QFFLLoss:
     reports_qffl_loss: ClassVar[bool] = True
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, share: Share, data: ClientData) -> Generator[None, ClientUpdate, ClientUpdate]:
+    def fedcore_local_update(self, client: Any, share: Share, data: ClientData, state: Any, ctx: Any
+                             ) -> Generator[None, ClientUpdate, ClientUpdate]:
         loss = loss_before_training(share.module, data)
         update = yield
         return attrs.evolve(update, metrics={**update.metrics, LOSS: loss})

@@ -6,7 +6,7 @@ personal split (``fedper-share``, ``fedbn-share``) without knowing about it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -22,7 +22,8 @@ class KeepPersonal:
     keeps_personal: ClassVar[bool] = True
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, share: Share, state: ClientState) -> Generator[None, ClientUpdate, ClientUpdate]:
+    def fedcore_local_update(self, client: Any, share: Share, data: Any, state: ClientState, ctx: Any
+                             ) -> Generator[None, ClientUpdate, ClientUpdate]:
         update = yield
         keep_personal(share, state)
         return update

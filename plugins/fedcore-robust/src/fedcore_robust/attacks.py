@@ -70,7 +70,8 @@ class Byzantine:
         return {"byzantine_clients": float(self.num_attackers)}
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_local_update(self, share: Share, state: ClientState) -> Generator[None, ClientUpdate, ClientUpdate]:
+    def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
+                             ctx: fedcore.RoundContext) -> Generator[None, ClientUpdate, ClientUpdate]:
         attack = state.stash.get(ATTACKER)
         if attack not in ("sign-flip", "scaled"):
             return (yield)

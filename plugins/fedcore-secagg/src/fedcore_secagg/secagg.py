@@ -97,7 +97,7 @@ class SecAggPlus:
     # -- server: the share's upload is the masked input ------------------------------------
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_split_model(self, ctx: RoundContext) -> Any:
+    def fedcore_split_model(self, model: nn.Module, client: Any, state: Any, ctx: RoundContext) -> Any:
         share: Share = yield
         refuse_unmaskable_upload("secagg", share)
         clients = ctx.run.clients if ctx.run is not None else ()
@@ -107,7 +107,7 @@ class SecAggPlus:
     # -- clients: quantise, then self-mask, before anything leaves -------------------------
 
     @fedcore.hookimpl(wrapper=True)
-    def fedcore_train_cohort(self, jobs: Sequence[Any]) -> Any:
+    def fedcore_train_cohort(self, jobs: Sequence[Any], ctx: Any) -> Any:
         starts = [{k: v.detach().clone() for k, v in job.share.module.state_dict().items() if k in job.share.upload}
                   for job in jobs]
         outcomes = yield

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from fedcore.data import ArrayDataset
+from fedcore.runtime import book_samples
 from fedcore.training import train_epochs
 from fedcore.types import ClientData
 from fedcore_clip.learner import PromptedCLIP
@@ -50,6 +51,7 @@ def train_prompt(model: PromptedCLIP, features: torch.Tensor | None, labels: tor
 
     def loss(module: nn.Module, pos: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         feats = encode(pos) if encode is not None else features[pos]  # type: ignore[index]
+        book_samples(model, len(y))  # the step runs the towers, not model.forward: the clock's work unit
         return nn.functional.cross_entropy(scale * feats @ model.text_features().t(), y)
 
     # the "dataset" is the sample positions, so batches shuffle positions exactly as a randperm would
