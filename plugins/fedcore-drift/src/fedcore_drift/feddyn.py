@@ -72,9 +72,9 @@ class FedDynAggregate:
 
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
-        from fedcore.testing import CheckPlan
+        from fedcore.testing import CHECK_FIXTURE, CheckPlan
 
-        return CheckPlan(expected_failures={
+        return CheckPlan(fixture=attrs.evolve(CHECK_FIXTURE, companions=[FedDynUpdate()]), expected_failures={
             "check_aggregate_identity": "θ = mean θ_k − h/α: identical updates land past them by the dynamic "
                                         "correction −h/α (Acar et al. 2021, Alg. 1)"})
 

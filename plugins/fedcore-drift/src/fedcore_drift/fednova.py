@@ -71,6 +71,12 @@ class FedNovaUpdate:
 class FedNovaAggregate:
     """FedNova's server: ``x ← x + τ_eff Σ p_i (y_i − x)/‖a_i‖₁`` with ``τ_eff = Σ p_i ‖a_i‖₁``."""
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CHECK_FIXTURE, CheckPlan
+
+        return CheckPlan(fixture=attrs.evolve(CHECK_FIXTURE, companions=[FedNovaUpdate()]))
+
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: Any) -> None:
         local = pipeline.provider("local_update")

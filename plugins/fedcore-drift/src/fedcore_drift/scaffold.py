@@ -86,6 +86,18 @@ class ScaffoldAggregate:
     weighting: str = setting("uniform", choices=WEIGHTING,
                              help="weights of the Δy_i: uniform 1/|S| (the paper) or by sample count")
 
+    @classmethod
+    def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
+        from fedcore.testing import CHECK_FIXTURE, CheckPlan
+
+        def expected(component: Any) -> dict[str, str]:
+            if component.server_lr == 1.0:
+                return {}
+            return {"check_aggregate_identity": "η_g ≠ 1 moves by η_g·Δy: identical updates do not land the model "
+                                                "on them (Alg. 1, line 17)"}
+
+        return CheckPlan(fixture=attrs.evolve(CHECK_FIXTURE, companions=[ScaffoldUpdate()]), expected_failures=expected)
+
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: Any) -> None:
         local = pipeline.provider("local_update")
