@@ -33,7 +33,9 @@ from fedcore_drift import (
 W0 = (0.3, -0.2)
 DATA = {0: [(1.0, 0), (1.0, 0)], 1: [(2.0, 1)]}
 LR = 0.1
-N = 2
+N = 3
+"""Clients in the run: 0 and 1 take part every round, client 2 never (so |S| = 2 < N, as SCAFFOLD's c and FedDyn's h
+divide by the clients in the run, not those sampled)."""
 
 
 def grad(w: list[float], x: float, y: int) -> list[float]:
@@ -95,7 +97,7 @@ def sgd(w: list[float], client: int, correction: list[float]) -> list[float]:
 def test_scaffold_follows_algorithm_1(option):
     """Karimireddy et al. 2020, Alg. 1: line 10 ``y ← y − η_l(g_i(y) − c_i + c)``; line 12 ``c_i⁺ = g_i(x)`` (I) or
     ``c_i − c + (x − y_i)/(K η_l)`` (II); line 13 ``Δc_i = c_i⁺ − c_i``; lines 16-17 ``x ← x + η_g mean Δy_i``,
-    ``c ← c + (1/N) Σ Δc_i`` (|S| = N = 2 here)."""
+    ``c ← c + (1/N) Σ Δc_i`` (|S| = 2, N = 3)."""
     eta_g = 0.7
     got, aux, states = run(ScaffoldUpdate(option=option, lr=LR, batch_size=1), ScaffoldAggregate(server_lr=eta_g))
     x, c, ci = list(W0), [0.0, 0.0], {0: [0.0, 0.0], 1: [0.0, 0.0]}
@@ -144,7 +146,7 @@ def test_fednova_normalises_by_the_local_steps(momentum):
 def test_feddyn_follows_algorithm_1():
     """Acar et al. 2021, Alg. 1: client ``θ_k = argmin L_k(θ) − <∇L_k(θ_k^{t−1}), θ> + (α/2)‖θ − θ^{t−1}‖²`` (here K_k
     SGD steps on it), ``∇L_k(θ_k^t) = ∇L_k(θ_k^{t−1}) − α(θ_k^t − θ^{t−1})``; server ``h ← h − α(1/m)Σ(θ_k − θ^{t−1})``,
-    ``θ^t = (1/|P|) Σ θ_k − h/α`` (m = |P| = 2)."""
+    ``θ^t = (1/|P|) Σ θ_k − h/α`` (|P| = 2, m = 3)."""
     alpha = 0.5
     got, aux, states = run(FedDynUpdate(alpha=alpha, lr=LR, batch_size=1), FedDynAggregate(alpha=alpha))
     theta, h, gk = list(W0), [0.0, 0.0], {0: [0.0, 0.0], 1: [0.0, 0.0]}
