@@ -3,8 +3,8 @@
 Client i takes τ_i local SGD steps (unequal: τ_i = epochs · ⌈n_i / B⌉) from x with momentum ρ; its change is
 ``y_i − x = −η G_i a_i`` with ``‖a_i‖₁ = τ_i`` for plain SGD and ``‖a_i‖₁ = [τ_i − ρ(1 − ρ^τ_i)/(1 − ρ)] / (1 − ρ)``
 with momentum (§4 and Appendix of the paper). The normalised direction is ``d_i = G_i a_i / ‖a_i‖₁ =
-(x − y_i) / (η ‖a_i‖₁)``, and the server step (the paper's general update, Eq. (4), with FedNova's choices
-``w_i = p_i`` and ``τ_eff = Σ_i p_i ‖a_i‖₁``) is
+(x − y_i) / (η ‖a_i‖₁)``, and the server step (the paper's generalised update ``x ← x − τ_eff η Σ w_i d_i``
+with FedNova's choices ``w_i = p_i`` and ``τ_eff = Σ_i p_i ‖a_i‖₁``) is
 
     x ← x − τ_eff η Σ_i p_i d_i  =  x + (Σ_i p_i ‖a_i‖₁) · Σ_i p_i (y_i − x) / ‖a_i‖₁,
 
