@@ -51,6 +51,9 @@ DISTRIBUTIONS: Mapping[str, tuple[str, Mapping[str, tuple[str, ...]]]] = {
     "fedcore-personal": ("fedcore_personal", {
         "component": ("fedper-share", "fedbn-share", "keep-personal", "fedrep-sgd", "ditto-sgd", "personal-eval"),
         "recipe": ("fedper-head", "fedrep", "fedbn", "ditto")}),
+    "fedcore-drift": ("fedcore_drift", {
+        "component": ("scaffold-sgd", "scaffold", "fednova-sgd", "fednova", "feddyn-sgd", "feddyn"),
+        "recipe": ("scaffold", "fednova", "feddyn")}),
     "fedcore-fair": ("fedcore_fair", {"component": ("qffl", "qffl-loss"), "recipe": ("qffl",)}),
     "fedcore-cos2p": ("fedcore_cos2p", {"component": ("cos2p-share", "cos2p-update", "cos2p-aggregate", "cos2p-quotas"),
                                         "recipe": ("co-s2p", "co-s2p-async", "co-s2p-sync")}),
