@@ -11,8 +11,8 @@ import torch
 
 import fedcore
 from fedcore.data import synthetic_classification
-from fedcore_lora import inject_lora, lora_numel_per_rank
 from fedcore.models import micro_vit
+from fedcore_lora import inject_lora, lora_numel_per_rank
 
 S = 5
 MODELS = {

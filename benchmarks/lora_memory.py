@@ -25,8 +25,8 @@ def child(mode: str, steps: int, rank: int) -> None:
     import torch
     from torch import nn
 
-    from fedcore_lora import inject_lora
     from fedcore.models import micro_vit
+    from fedcore_lora import inject_lora
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

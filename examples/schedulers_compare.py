@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from fedcore import Pipeline
 from fedcore.builtin import (
     AsyncSchedule,
     BufferedSchedule,
@@ -38,7 +39,6 @@ from fedcore.builtin import (
     SGDUpdate,
     UniformSync,
 )
-from fedcore import Pipeline
 from fedcore.data import load_digits
 from fedcore.models import micro_cnn
 from fedcore.runtime import Faults, ProfileAssignment, SimClock

@@ -14,7 +14,6 @@ import pytest
 import fedcore
 from fedcore.cli import main
 from fedcore.errors import ConfigError, UnknownComponentError
-from fedcore.first_party import PACKAGES
 from fedcore.settings import allowed_text, describe_settings, setting
 from fedcore.testing.light_import import imported_heavy
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import fedcore
-from fedcore.builtin import FedAvg, SGDUpdate, SemiAsyncSchedule
+from fedcore.builtin import FedAvg, SemiAsyncSchedule, SGDUpdate
 from fedcore.errors import ConfigError
 from fedcore.runtime import DeviceProfile, Faults, SimClock
 from fedcore.runtime.faults import count_outcomes

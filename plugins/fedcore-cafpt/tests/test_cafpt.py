@@ -11,13 +11,12 @@ import torch
 
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
-from fedcore.data.arrays import ArrayDataset
 from fedcore.errors import ConfigError
+from fedcore.testing import parametrize_with_checks
+from fedcore_cafpt import SELECTION, CaFPT, pvi_scores, top_per_class
 from fedcore_clip import PromptEval, PromptShare, PromptUpdate, encode_all, prompted_clip
 from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
 from fedcore_clip.testing import tiny_backbone as backbone
-from fedcore.testing import parametrize_with_checks
-from fedcore_cafpt import SCORES, SELECTION, CaFPT, pvi_scores, top_per_class
 
 
 @pytest.fixture(autouse=True)

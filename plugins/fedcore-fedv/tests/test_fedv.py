@@ -11,11 +11,11 @@ from fedcore import Channel, ConfigError, Pipeline
 from fedcore.builtin import IIDPartition, ShardPartition
 from fedcore.data import labels_of, load_digits
 from fedcore.models import micro_vit
-from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
-from fedcore_split.train import CLIENT_OPTIMIZER
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_fedv import FedV, FedVServer, FedVShare, FedVTrain, FedVZ, PairedTest
 from fedcore_fedv.spsa import SPSA
+from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
+from fedcore_split.train import CLIENT_OPTIMIZER
 
 
 def small_vit():

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from fedcore import Pipeline
-from fedcore import RoundContext
+from fedcore import Pipeline, RoundContext
 from fedcore.builtin import FedAvg, SGDUpdate, ShardPartition, UniformSync, WholeModel, accuracy_and_loss
 from fedcore.testing import parametrize_with_checks, tiny_data
 from fedcore.training import train_epochs

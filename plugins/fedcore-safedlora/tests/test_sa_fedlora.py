@@ -5,10 +5,10 @@ import torch
 import fedcore
 from fedcore.data import ArrayDataset, synthetic_classification
 from fedcore.errors import ConfigError
-from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore.models import micro_vit, tiny_mlp
 from fedcore.training import train_epochs
 from fedcore.types import ClientData
+from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore_safedlora import SAFedLoRAPlan, converged_cost, convergence_round, cost_to_target, reduction
 
 torch.set_num_threads(1)
@@ -229,8 +229,8 @@ def test_same_seed_same_global_state_across_the_stage_switch():
 
 @pytest.mark.parametrize("mode", ["svd", "slice"])
 def test_round_start_truncates_the_global_factors(mode):
-    from fedcore_lora import inject_lora, lora_layers
     from fedcore.testing import ContractFixture, build_engine, round_context
+    from fedcore_lora import lora_layers
 
     component = plan_of({**FAST, "t1_rounds": 0, "truncation": mode})
     engine = build_engine([component], ContractFixture(model_factory=vit, data_factory=data, num_clients=S))

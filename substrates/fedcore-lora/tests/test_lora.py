@@ -5,6 +5,8 @@ import torch
 import fedcore
 from fedcore.builtin import FedAvg, IIDPartition, SGDUpdate
 from fedcore.errors import ConfigError
+from fedcore.models import micro_vit
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_lora import (
     LoRAShare,
     adapter_keys,
@@ -20,8 +22,6 @@ from fedcore_lora import (
     set_rank,
     truncate_factors,
 )
-from fedcore.models import micro_vit
-from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 
 torch.set_num_threads(1)
 

@@ -1,9 +1,13 @@
 """Record split runs from the multi-slot classes (main 44879aa) for the recipe bit-identity test."""
-import hashlib, json, sys
+import hashlib
+import json
+import sys
+
 import torch
+
 from fedcore.testing import ContractFixture, run_tiny_pipeline, tiny_data
-from fedcore_split import SplitFedV1, SplitFedV2, VanillaSL
 from fedcore_fedv import FedV, FedVZ
+from fedcore_split import SplitFedV1, SplitFedV2, VanillaSL
 
 WALL = ("wall_s", "round_wall_s")
 
