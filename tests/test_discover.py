@@ -150,7 +150,8 @@ def test_unknown_name_lists_every_installed_plugin_providing_the_slot(catalogue_
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"partition": "diriclet"})
     msg = str(err.value)
-    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet, inner-dirichlet?); choose one of: ")
+    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet, "
+                          "inner-dirichlet?); choose one of: ")
     providers = fedcore.plugins.registry().providers("partition")
     assert msg.split("; choose one of: ")[1].split(" (installed")[0].split(", ") == sorted(e.name for e in providers)
     assert "fedavg" not in msg.split("(installed")[0]

@@ -1,4 +1,5 @@
-"""CaFPT: contract checks, PVI properties, top-N selection, caching, artefacts, composability with PromptFL/pFedPrompt."""
+"""CaFPT: contract checks, PVI properties, top-N selection, caching, artefacts, composability with PromptFL and
+pFedPrompt."""
 from __future__ import annotations
 
 import json
@@ -123,7 +124,8 @@ def test_a_mislabelled_duplicate_scores_below_its_clean_twin():
     y = torch.arange(4).repeat_interleave(6)
     with torch.no_grad():
         centres = model.text_features()
-    feats = torch.nn.functional.normalize(centres[y] + 0.05 * torch.randn(len(y), centres.shape[1], generator=g), dim=-1)
+    feats = torch.nn.functional.normalize(centres[y] + 0.05 * torch.randn(len(y), centres.shape[1], generator=g),
+                                          dim=-1)
     feats = torch.cat([feats, feats[:1]])
     labels = torch.cat([y, torch.tensor([1])])  # the duplicate of sample 0 (class 0) labelled class 1
     for mode in ("null_image", "label_marginal"):

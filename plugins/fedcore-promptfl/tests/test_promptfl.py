@@ -29,8 +29,8 @@ def data(classes=6, n_train=6, n_test=3):
     return shapes_data(n_train, n_test, classes, stream="p")
 
 
-@parametrize_with_checks([PromptFL(epochs=1, lr=0.01), PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)],
-                         fixture=PROMPT_FIXTURE)
+@parametrize_with_checks([PromptFL(epochs=1, lr=0.01),
+                          PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)], fixture=PROMPT_FIXTURE)
 def test_contract(component, check):
     check(component)
 

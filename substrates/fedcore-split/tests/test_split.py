@@ -48,7 +48,8 @@ def test_contract(component, check):
     check(component)
 
 
-@parametrize_with_checks([SplitFedV1(), SplitFedV2(server_update="frozen", batch_size=8), VanillaSL(cut=1, tail_from=-2)], fixture=FIXTURE)
+@parametrize_with_checks([SplitFedV1(), SplitFedV2(server_update="frozen", batch_size=8),
+                          VanillaSL(cut=1, tail_from=-2)], fixture=FIXTURE)
 def test_contract_of_the_deprecated_shells(component, check):
     check(component)
 
