@@ -8,7 +8,8 @@ virtual time than synchronous FedAvg, because a synchronous round lasts as long 
 client. Scaled down to this machine: the embedded 8x8 digits (1,437 train / 360 test), 30 clients
 with Dirichlet(1.0) label skew, the micro CNN, 10 clients in flight for both (sync samples 10 per
 round; FedBuff keeps 10 busy and aggregates every K arrivals with its staleness-discounted delta
-step, K=10 = the same updates per server step as sync, and K=5), 400 client updates per run. Virtual time comes from the cost model (FLOPs of the real forward/backward) and the bytes
+step, K=10 = the same updates per server step as sync, and K=5), 400 client updates per run. Virtual time
+comes from the cost model (FLOPs of the real forward/backward) and the bytes
 each job moved, on two populations: Tree Learning's watch:phone:laptop = 4:2:2 mix, and a milder
 phone:laptop = 1:1 mix. Printed: virtual seconds to first reach each accuracy target, the saving,
 the client updates used until then, wall-clock seconds, and the clients' utilisation.
@@ -85,8 +86,10 @@ def main() -> None:
                     else:
                         cells.append(f"{'-':>8s}")
                 fmt = lambda v, w: f"{v:{w}.2f}" if v else f"{'-':>{w}s}"  # noqa: E731
-                used = lambda key: f"{reached[key][1]:6d}" if reached[key][1] else f"{'-':>6s}"  # noqa: E731
-                print(f"  {seed:4d} {target:6.2f} | {fmt(base, 10)} {fmt(reached[10][0], 13)} {fmt(reached[5][0], 12)} |"
+                used = lambda key, reached=reached: (  # noqa: E731  (this target's times, bound here)
+                    f"{reached[key][1]:6d}" if reached[key][1] else f"{'-':>6s}")
+                print(f"  {seed:4d} {target:6.2f} | {fmt(base, 10)} {fmt(reached[10][0], 13)} "
+                      f"{fmt(reached[5][0], 12)} |"
                       f" {cells[0]} {cells[1]} | {used('sync')} {used(10)} {used(5)}")
             for key, name in (("sync", "sync FedAvg"), (10, "FedBuff K=10"), (5, "FedBuff K=5")):
                 h, wall = runs[key]

@@ -92,8 +92,8 @@ def main() -> None:
     for _ in range(100):
         clock.cost(client, share)
     t_cached = (time.perf_counter() - t0) / 100
-    print(f"\n3. measuring a share shape: {t_measure * 1e3:.1f} ms once; pricing from the cache: {t_cached * 1e3:.3f} ms "
-          f"per job ({t_measure / t_cached:.0f}x cheaper)")
+    print(f"\n3. measuring a share shape: {t_measure * 1e3:.1f} ms once; pricing from the cache: "
+          f"{t_cached * 1e3:.3f} ms per job ({t_measure / t_cached:.0f}x cheaper)")
 
 
 if __name__ == "__main__":

@@ -156,12 +156,12 @@ def flower_process(args) -> dict:
 
 
 def run_flower(args, train, test, partition) -> dict:
-    import torch
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
+    import torch
 
     from fedcore.builtin.global_eval import accuracy_and_loss
     from fedcore.rng import torch_generator
@@ -245,7 +245,6 @@ def main() -> None:
 
     import flwr
     import ray
-
     from sidebyside import Target, interleave
 
     threads = f'{{name="threads",workers={args.workers}}}'

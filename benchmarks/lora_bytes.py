@@ -11,8 +11,8 @@ import torch
 
 import fedcore
 from fedcore.data import synthetic_classification
-from fedcore_lora import inject_lora, lora_numel_per_rank
 from fedcore.models import micro_vit
+from fedcore_lora import inject_lora, lora_numel_per_rank
 
 S = 5
 MODELS = {
@@ -31,8 +31,8 @@ def one_round(config: dict, model: torch.nn.Module) -> tuple[int, int]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    print(f"{'model':18s} {'method':10s} {'down (ledger)':>14s} {'up (ledger)':>12s} {'analytic/dir':>13s} {'match':>5s} "
-          f"{'vs full':>8s}")
+    print(f"{'model':18s} {'method':10s} {'down (ledger)':>14s} {'up (ledger)':>12s} {'analytic/dir':>13s} "
+          f"{'match':>5s} {'vs full':>8s}")
     for label, kw in MODELS.items():
         torch.manual_seed(0)
         base = micro_vit(num_classes=5, **kw)
@@ -40,8 +40,8 @@ def main() -> None:
         head = sum(p.numel() for n, p in base.named_parameters() if n.startswith("head."))
         down, up = one_round({"recipe": "fedfft", "local_update": {"epochs": 1}}, base)
         analytic_full = S * 4 * n_params
-        print(f"{label:18s} {'full':10s} {down:14d} {up:12d} {analytic_full:13d} {str(down == up == analytic_full):>5s} "
-              f"{1.0:8.4f}")
+        print(f"{label:18s} {'full':10s} {down:14d} {up:12d} {analytic_full:13d} "
+              f"{str(down == up == analytic_full):>5s} {1.0:8.4f}")
         for r in (2, 4, 8):
             torch.manual_seed(0)
             model = micro_vit(num_classes=5, **kw)

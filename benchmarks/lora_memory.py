@@ -7,8 +7,8 @@ already in memory (``ru_maxrss``; torch's CPU allocator returns freed blocks, so
 training peak), and the median step time (forward, backward, SGD with momentum) after one warm-up
 step. Modes alternate, so background load hits both alike. Beside RSS (which includes allocator
 slack), the *accounted* training memory is deterministic: bytes of tensors saved for backward
-(activations, counted once per storage, parameters excluded) + gradients + momentum buffers. The model is a ViT-S-sized timm
-VisionTransformer (width 384, depth 12, 6 heads) on 32x32 inputs, patch 4, batch 32.
+(activations, counted once per storage, parameters excluded) + gradients + momentum buffers. The model is a
+ViT-S-sized timm VisionTransformer (width 384, depth 12, 6 heads) on 32x32 inputs, patch 4, batch 32.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def child(mode: str, steps: int, rank: int) -> None:
     import torch
     from torch import nn
 
-    from fedcore_lora import inject_lora
     from fedcore.models import micro_vit
+    from fedcore_lora import inject_lora
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -63,7 +63,8 @@ def child(mode: str, steps: int, rank: int) -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     state_bytes = sum(p.numel() * p.element_size() for p in params) * 2  # gradient + momentum buffer
     print(json.dumps({"mode": mode, "peak_growth_mib": (peak - base) / 1024,
-                      "saved_activations_mib": sum(saved.values()) / 2 ** 20, "grad_and_opt_mib": state_bytes / 2 ** 20, "step_s": statistics.median(times[1:]),
+                      "saved_activations_mib": sum(saved.values()) / 2 ** 20, "grad_and_opt_mib": state_bytes / 2 ** 20,
+                      "step_s": statistics.median(times[1:]),
                       "trainable": sum(p.numel() for p in params),
                       "params": sum(p.numel() for p in model.parameters())}))
 

@@ -109,7 +109,8 @@ def main() -> None:
         r = prompt_ratios(arch)
         print(f"   {arch:17s}: prompt {r['prompt_params']:,d} / CLIP {r['total_params']:,d} = "
               f"{r['percent_of_total']:.4f}% (image tower {r['image_params']:,d}: {r['percent_of_image']:.4f}%); "
-              f"upload ratio {r['upload_ratio_image_tower']:,.0f}x (tower) / {r['upload_ratio_full_clip']:,.0f}x (CLIP)")
+              f"upload ratio {r['upload_ratio_image_tower']:,.0f}x (tower) / "
+              f"{r['upload_ratio_full_clip']:,.0f}x (CLIP)")
 
 
 if __name__ == "__main__":

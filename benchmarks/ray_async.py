@@ -103,7 +103,7 @@ def main() -> None:
     for name, make in schedules.items():
         results: dict[str, object] = {}
 
-        def contender(label: str, executor_of):
+        def contender(label: str, executor_of, make=make, results=results):  # this policy's, bound here
             def go() -> float:
                 results[label], seconds = job(make(), executor_of(), args, data)
                 return seconds

@@ -19,8 +19,8 @@ from fedcore import Pipeline
 from fedcore.builtin import DirichletPartition, FedAvg, SGDUpdate, UniformSync, WholeModel
 from fedcore.data import load_digits
 from fedcore.models import micro_vit
-from fedcore_split import SplitFedV1, SplitFedV2
 from fedcore_fedv import FedV, FedVZ
+from fedcore_split import SplitFedV1, SplitFedV2
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,7 +42,7 @@ class SavedBytes:
             self.bytes += t.untyped_storage().nbytes()
         return t
 
-    def __enter__(self) -> "SavedBytes":
+    def __enter__(self) -> SavedBytes:
         self.ctx = torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
         self.ctx.__enter__()
         return self

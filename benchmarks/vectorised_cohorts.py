@@ -125,7 +125,8 @@ def demo_case(reps: int) -> None:
         "vectorised, forced (the former rule's choice)": lambda: demo_run('{name="vectorised", on_cpu="vectorise"}',
                                                                           warm),
     }
-    print(f"\n### demo: {DEMO.name}, whole run, {reps} repetitions interleaved\n\nload average {load_average():.2f} (before)\n")
+    print(f"\n### demo: {DEMO.name}, whole run, {reps} repetitions interleaved\n\n"
+          f"load average {load_average():.2f} (before)\n")
     times = interleave(contenders, reps=reps, warmup=1).results
     rows = [["side", "wall s (median)", "CPU s (median)", "speed-up vs per-job, wall min / median",
              "CPU min / median", "auto's choice", "final accuracy"]]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from fedcore import Pipeline
 from fedcore.builtin import (
     AsyncSchedule,
     BufferedSchedule,
@@ -38,7 +39,6 @@ from fedcore.builtin import (
     SGDUpdate,
     UniformSync,
 )
-from fedcore import Pipeline
 from fedcore.data import load_digits
 from fedcore.models import micro_cnn
 from fedcore.runtime import Faults, ProfileAssignment, SimClock
@@ -97,7 +97,8 @@ def main() -> None:
             same = results["inline"].history.comparable() == results["ray"].history.comparable()
             print(f"{name:11s} inline vs Ray: {'identical histories' if same else 'HISTORIES DIFFER'}")
         h = result.history
-        faults = {k: sum(len(r.get(k, [])) for r in h) for k in ("unavailable", "dropout", "lost", "cancelled", "failed")}
+        faults = {k: sum(len(r.get(k, [])) for r in h)
+                  for k in ("unavailable", "dropout", "lost", "cancelled", "failed")}
         print(f"{name:11s} {len(h):4d} aggregations  accuracy {h.last('test_accuracy'):.3f}  virtual time "
               f"{h[-1]['virtual_time']:6.2f} s  utilisation {h[-1]['utilisation']:.2f}  events {faults}")
         dirs.append(out / name)

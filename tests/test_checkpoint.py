@@ -63,7 +63,8 @@ class Stop(Exception):
 def engine(checkpoint=None, *, rounds=4, components=None, **kwargs):
     train, test = tiny_data()
     comps = components if components is not None else [
-        Stateful(), DirichletPartition(alpha=0.5, min_size=5), UniformSync(fraction=0.7), SGDUpdate(lr=0.1, momentum=0.9)]
+        Stateful(), DirichletPartition(alpha=0.5, min_size=5), UniformSync(fraction=0.7),
+        SGDUpdate(lr=0.1, momentum=0.9)]
     torch.manual_seed(0)
     return Engine(fedcore.Pipeline(comps), model=tiny_model(), train=train, test=test, num_clients=4, rounds=rounds,
                   seed=3, checkpoint=checkpoint, **kwargs)
@@ -147,7 +148,7 @@ def test_corrupt_and_truncated_checkpoints_are_detected_and_skipped(tmp_path):
     ck = Checkpointer(tmp_path, every=1, resume=True, report=lines.append)
     resumed = engine(ck).run()
     assert resumed.history.comparable() == engine().run().history.comparable()
-    assert any("skipped" in line for line in lines) and any("falling back to round-000002" in l for l in lines)
+    assert any("skipped" in line for line in lines) and any("falling back to round-000002" in line for line in lines)
     assert sorted(p.name.rsplit("-", 1)[0] for p in tmp_path.glob("corrupt-*")) == [
         "corrupt-round-000003", "corrupt-round-000004"]
 

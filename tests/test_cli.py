@@ -54,7 +54,8 @@ def read_rows(path):
     (["--set", "rounds=[1,"], "is not valid TOML"),
     (["--set", "dataset={name='image-folder', train='/nonexistent/x'}"], "/nonexistent/x"),
     (["--set", "num_clients=200"], "num_clients = 200 is more than the 96 training samples"),
-    (["--set", "pipeline.partition.min_size=90"], "min_size=90 needs 270 samples"),  # refused by the partitioner at set-up
+    # refused by the partitioner at set-up
+    (["--set", "pipeline.partition.min_size=90"], "min_size=90 needs 270 samples"),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(capsys, tmp_path, config, extra, fragment):
     out_dir = tmp_path / "run"

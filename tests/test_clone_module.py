@@ -127,7 +127,8 @@ def test_share_frozen_copy_shares_only_frozen_stateless_parts():
     assert c[2] is not m[2] and c[3] is not m[3] and c[4] is not m[4] and c[5] is not m[5]
     assert c[3].weight is m[3].weight and c[3].running_mean is not m[3].running_mean  # buffers are copied
     assert c[4].weight is not m[4].weight and c[5].weight is not m[5].weight and c[5].bias is m[5].bias
-    assert [(n, p.requires_grad) for n, p in c.named_parameters()] == [(n, p.requires_grad) for n, p in m.named_parameters()]
+    assert ([(n, p.requires_grad) for n, p in c.named_parameters()]
+            == [(n, p.requires_grad) for n, p in m.named_parameters()])
     x = torch.randn(5, 4)
     m.eval(), c.eval()
     assert torch.equal(c(x), m(x)) and not m[2].training

@@ -11,7 +11,14 @@ import fedcore
 from fedcore.builtin import PerJobCohort, SGDUpdate, UniformSync
 from fedcore.data import batches
 from fedcore.stash import StashKey
-from fedcore.testing import COHORT_CHECKS, ContractFixture, parametrize_with_checks, run_tiny_pipeline, tiny_data, tiny_model
+from fedcore.testing import (
+    COHORT_CHECKS,
+    ContractFixture,
+    parametrize_with_checks,
+    run_tiny_pipeline,
+    tiny_data,
+    tiny_model,
+)
 from fedcore.testing.cohort import (
     check_cohort_answers_every_job_in_order,
     check_cohort_does_not_mutate_the_global_model,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
+import sys
 
 import attrs
 import pytest

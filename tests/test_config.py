@@ -51,7 +51,8 @@ def test_defaults_are_filled_and_name_comes_from_the_file(tmp_path):
     ("pipeline.local_update.lr=0.2", (["pipeline", "local_update", "lr"], 0.2)),
     ("dataset.name=digits", (["dataset", "name"], "digits")),           # a bare word is a string
     ('name="a b"', (["name"], "a b")),
-    ("pipeline.partition={name='dirichlet', alpha=0.3}", (["pipeline", "partition"], {"name": "dirichlet", "alpha": 0.3})),
+    ("pipeline.partition={name='dirichlet', alpha=0.3}",
+     (["pipeline", "partition"], {"name": "dirichlet", "alpha": 0.3})),
     ("output.tensorboard=true", (["output", "tensorboard"], True)),
     ("x.y=[1, 2]", (["x", "y"], [1, 2])),
 ])

@@ -239,7 +239,8 @@ def test_scripts_pickles_and_postscript_are_refused_without_running_anything(tmp
         with pytest.raises(ConfigError, match=r"is a dataset script \(myset.py\); fedcore never runs code"):
             materialize(plan(config({"name": "hf", "path": str(path), "cache_dir": str(tmp_path)})))
     (tmp_path / "frame.pkl").write_bytes(pickle.dumps(Payload(marker)))
-    with pytest.raises(ConfigError, match=r"resolves to the 'pandas' builder.*reads only the builders that run no code"):
+    with pytest.raises(ConfigError,
+                       match=r"resolves to the 'pandas' builder.*reads only the builders that run no code"):
         materialize(plan(config({"name": "hf", "path": "pandas", "data_files": str(tmp_path / "frame.pkl"),
                                  "cache_dir": str(tmp_path)})))
     for cls in ("cat", "dog"):
@@ -247,7 +248,8 @@ def test_scripts_pickles_and_postscript_are_refused_without_running_anything(tmp
         # PostScript: PIL would hand it to Ghostscript to decode
         Image.fromarray(pixels(0, (4, 4, 3))).save(tmp_path / "eps" / "train" / cls / "0.eps")
     # refused by format before any decoder runs (an unrestricted PIL would say it cannot locate Ghostscript)
-    with pytest.raises(ConfigError, match=r"cannot decode an image \(cannot identify image file.*readable formats: PNG"):
+    with pytest.raises(ConfigError,
+                       match=r"cannot decode an image \(cannot identify image file.*readable formats: PNG"):
         materialize(plan(config({"name": "hf", "path": str(tmp_path / "eps"), "cache_dir": str(tmp_path),
                                  "test_split": ""})))
     assert not marker.exists()

@@ -14,7 +14,6 @@ import pytest
 import fedcore
 from fedcore.cli import main
 from fedcore.errors import ConfigError, UnknownComponentError
-from fedcore.first_party import PACKAGES
 from fedcore.settings import allowed_text, describe_settings, setting
 from fedcore.testing.light_import import imported_heavy
 
@@ -151,7 +150,8 @@ def test_unknown_name_lists_every_installed_plugin_providing_the_slot(catalogue_
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"partition": "diriclet"})
     msg = str(err.value)
-    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet, inner-dirichlet?); choose one of: ")
+    assert msg.startswith("unknown component 'diriclet' for slot 'partition' (did you mean dirichlet, "
+                          "inner-dirichlet?); choose one of: ")
     providers = fedcore.plugins.registry().providers("partition")
     assert msg.split("; choose one of: ")[1].split(" (installed")[0].split(", ") == sorted(e.name for e in providers)
     assert "fedavg" not in msg.split("(installed")[0]

@@ -25,17 +25,17 @@ first line names a file, pip-installs it into a scratch directory and runs the p
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 import contextlib
 import importlib
 import io
 import json
 import os
+from pathlib import Path
 import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import attrs
 import pytest

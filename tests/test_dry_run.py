@@ -12,8 +12,8 @@ import fedcore
 from fedcore.errors import ConfigError
 from fedcore.experiment.build import materialize, plan
 from fedcore.experiment.config import load_config
-from fedcore.experiment.plan_costs import dry_run
 from fedcore.experiment.matrix import cell_config, installed_recipes
+from fedcore.experiment.plan_costs import dry_run
 from fedcore.runtime.cost_model import measure
 from fedcore.types import JobPlan, Message
 

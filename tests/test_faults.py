@@ -1,10 +1,11 @@
-"""Seeded faults: offline clients, mid-round dropouts, lost uploads, raising clients; what the ledger and history say."""
+"""Seeded faults: offline clients, mid-round dropouts, lost uploads, raising clients; what the ledger and history
+say."""
 import attrs
 import pytest
 import torch
 
 import fedcore
-from fedcore.builtin import FedAvg, SGDUpdate, SemiAsyncSchedule
+from fedcore.builtin import FedAvg, SemiAsyncSchedule, SGDUpdate
 from fedcore.errors import ConfigError
 from fedcore.runtime import DeviceProfile, Faults, SimClock
 from fedcore.runtime.faults import count_outcomes
@@ -38,7 +39,8 @@ def test_outages_keep_clients_offline_for_their_window():
     f = Faults.random_outage(num_clients=20, fraction=0.1, first_round=3, rounds=5, seed=0)
     assert len(f.outages) == 2
     c = f.outages[0][0]
-    assert [f.plan(seed=0, round=r, client=c).outcome for r in range(10)] == ["ok"] * 3 + ["unavailable"] * 5 + ["ok"] * 2
+    assert ([f.plan(seed=0, round=r, client=c).outcome for r in range(10)]
+            == ["ok"] * 3 + ["unavailable"] * 5 + ["ok"] * 2)
 
 
 def faulty_run(**kw):

@@ -20,7 +20,8 @@ def test_index_matches_what_each_installed_first_party_distribution_registers():
 
 
 def test_hint_names_the_distribution_to_install():
-    assert first_party.provider("split-share") == "fedcore-split" and first_party.provider("sl", "recipe") == "fedcore-split"
+    assert first_party.provider("split-share") == "fedcore-split"
+    assert first_party.provider("sl", "recipe") == "fedcore-split"
     assert first_party.provider("sl") is None  # a recipe, not a component
     assert first_party.provider("open_clip", "model") == "fedcore-clip"
     assert first_party.provider("open_clip") is None  # a model, not a component

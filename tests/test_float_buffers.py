@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedcore.builtin import FedBuffStep, FedAsyncMix, convex_mean, float_buffer_names
+from fedcore.builtin import FedAsyncMix, FedBuffStep, convex_mean, float_buffer_names
 from fedcore.types import ClientUpdate
 
 

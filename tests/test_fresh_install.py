@@ -69,7 +69,8 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 def site_dirs() -> list[Path]:
     """The dev environment's site-packages directories, in import order (a thin venv layered on a base env has two)."""
-    dirs = [Path(sysconfig.get_path("purelib"))] + [Path(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    dirs = [Path(sysconfig.get_path("purelib"))] + [Path(p) for p in sys.path
+                                                    if p.endswith(("site-packages", "dist-packages"))]
     return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
 
 
@@ -100,7 +101,8 @@ def fresh_venv(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
 
 
 def _copy_source(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache"))
+    shutil.copytree(src, dst,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache"))
     return dst
 
 
@@ -158,7 +160,8 @@ def test_core_only_venv_has_no_timm_peft_open_clip_substrate_or_plugin(core_only
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert all(found[m] is None for m in LEFT_OUT + ("fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust"))
-    assert found["torch"] and found["pluggy"] and found["fedcore"].startswith(str(py.parents[1]))  # installed, not the checkout
+    # installed, not the checkout
+    assert found["torch"] and found["pluggy"] and found["fedcore"].startswith(str(py.parents[1]))
 
 
 def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_only, tmp_path, monkeypatch, capsys):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fedcore
-from fedcore.builtin import FedAvg, SGDUpdate, UniformSync, WholeModel
+from fedcore.builtin import FedAvg, SGDUpdate, UniformSync
 from fedcore.errors import PluginConflictError
 from fedcore.models import tiny_mlp
 from fedcore.registry import ComponentRegistry

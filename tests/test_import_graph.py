@@ -86,7 +86,8 @@ def test_the_scan_catches_each_kind_of_forbidden_import(source, expected):
 
 
 def test_the_scan_allows_what_the_core_may_do():
-    ok = "import torch\nfrom fedcore.errors import ConfigError\ndef f():\n    from timm.models import vision_transformer\n"
+    ok = ("import torch\nfrom fedcore.errors import ConfigError\n"
+          "def f():\n    from timm.models import vision_transformer\n")
     assert violations(ok, "fedcore/x.py") == []
 
 
@@ -98,7 +99,8 @@ def test_importing_every_core_module_loads_no_substrate_plugin_or_optional_backb
         for info in pkgutil.walk_packages(fedcore.__path__, "fedcore."):
             importlib.import_module(info.name)
         bad = sorted(m for m in sys.modules
-                     if m.partition(".")[0].startswith("fedcore_") or m.partition(".")[0] in ("peft", "open_clip", "timm"))
+                     if m.partition(".")[0].startswith("fedcore_")
+                     or m.partition(".")[0] in ("peft", "open_clip", "timm"))
         print(len([m for m in sys.modules if m.startswith("fedcore.")]), bad)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)

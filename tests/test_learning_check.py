@@ -17,7 +17,6 @@ from fedcore.experiment import learning
 from fedcore.experiment.matrix import installed_recipes
 from fedcore.recipes import Recipe
 
-
 DOES_NOT_LEARN_YET = {
     # Found by this check (issue 28); each is open work, not an accepted state. ``strict``: when one starts to learn,
     # its entry must go.

@@ -63,6 +63,33 @@ def test_lint_fails_on_a_planted_error(tmp_path, planted, reported):
     assert "planted.py" in result.stdout + result.stderr
 
 
+UNSHIPPED = ("tests/test_planted.py", "examples/planted.py", "benchmarks/planted.py",
+             "plugins/fedcore-y/tests/test_planted.py", "plugins/fedcore-y/repro/planted.py",
+             "substrates/fedcore-x/tests/test_planted.py")
+
+
+def test_ruff_reads_the_unshipped_code_mypy_only_the_shipped_and_neither_the_frozen_fixture(tmp_path):
+    """Examples, benchmarks and every tests/ are linted by ruff (a planted unused import in each fails the gate); a
+    type error there is not mypy's business, and the frozen third-party fixture is never linted."""
+    repo = _tree(tmp_path, CLEAN)
+    frozen = repo / "tests" / "fixtures" / "fedcore-robust-0.1.0"
+    frozen.mkdir(parents=True)
+    (frozen / "old.py").write_text('"""Frozen as written."""\nimport os\n')
+    for path in UNSHIPPED:
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text('"""Not shipped, still linted."""\n\n\ndef half(x: int) -> str:\n    return x // 2\n')
+    result = _lint(repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for path in UNSHIPPED:
+        (repo / path).write_text('"""Unused import."""\nimport os\n')
+    result = _lint(repo)
+    assert result.returncode != 0
+    assert f"Found {len(UNSHIPPED)} errors" in result.stdout, result.stdout  # F401 in each planted file, none else
+    for path in UNSHIPPED:
+        assert f"{path}:2:8" in result.stdout, result.stdout
+    assert "fedcore-robust-0.1.0" not in result.stdout + result.stderr
+
+
 def _stand_in_venv(tmp_path: Path) -> Path:
     """A venv whose ``python`` only appends its arguments to $CALLS and fails ruff when $RUFF_RC says so; asked
     whether it holds the checkout (``scripts/installed_here.py``), it answers $HELD_RC, naming $STRAYS."""

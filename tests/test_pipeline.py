@@ -151,7 +151,8 @@ def test_old_style_hookwrapper_is_an_error():
         def fedcore_aggregate(self, updates):
             yield
 
-    with pytest.raises(ConfigError, match=r"old-style hookwrapper on fedcore_aggregate; use @fedcore.hookimpl\(wrapper=True\)"):
+    with pytest.raises(ConfigError,
+                       match=r"old-style hookwrapper on fedcore_aggregate; use @fedcore.hookimpl\(wrapper=True\)"):
         fedcore.Pipeline([Old()])
 
 
@@ -215,10 +216,12 @@ def test_from_config_unknown_component_lists_the_choices_of_that_slot_only():
     with pytest.raises(UnknownComponentError) as err:
         fedcore.Pipeline.from_config({"aggregate": "fedavgg"})
     msg = str(err.value)
-    assert re.match(r"unknown component 'fedavgg' for slot 'aggregate' \(did you mean fedavg[,?].*; choose one of: ", msg)
+    assert re.match(r"unknown component 'fedavgg' for slot 'aggregate' \(did you mean fedavg[,?].*; choose one of: ",
+                    msg)
     choices, _, note = msg.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
     assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", "))
-    assert not {"all-data", "dirichlet", "global-eval", "iid", "sgd", "uniform", "whole-model"} & set(choices.split(", "))
+    assert not ({"all-data", "dirichlet", "global-eval", "iid", "sgd", "uniform", "whole-model"}
+                & set(choices.split(", ")))
     assert "builtin (fedcore " in note  # which installed plugins provide the slot
     with pytest.raises(UnknownComponentError) as err:  # a plugin table is not a slot: every component is a choice
         fedcore.Pipeline.from_config({"plugins": ["fedavgg"]})

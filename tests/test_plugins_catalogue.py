@@ -33,7 +33,8 @@ PROBE = textwrap.dedent("""
                 out[name] = "ok:" + fedcore.get(name).__name__
             except Exception as exc:
                 cause = exc.__cause__
-                out[name] = f"{type(exc).__name__}: {exc}" + (f" | cause {type(cause).__name__}: {cause}" if cause else "")
+                out[name] = (f"{type(exc).__name__}: {exc}"
+                             + (f" | cause {type(cause).__name__}: {cause}" if cause else ""))
         return out
 
     # the first scenario runs on the environment the process started with; later ones change the
@@ -77,7 +78,8 @@ def registering(*names: str) -> str:
         "import attrs\nimport fedcore\n\n"
         "@attrs.frozen(eq=False, kw_only=True)\nclass Agg:\n    \"\"\"A mean.\"\"\"\n\n"
         "    @fedcore.hookimpl\n    def fedcore_aggregate(self, model, updates, ctx):\n"
-        "        from fedcore.builtin import FedAvg\n        return FedAvg().fedcore_aggregate(model=model, updates=updates, ctx=ctx)\n\n"
+        "        from fedcore.builtin import FedAvg\n"
+        "        return FedAvg().fedcore_aggregate(model=model, updates=updates, ctx=ctx)\n\n"
         "@fedcore.hookimpl\ndef fedcore_register_components(registry):\n" + adds + "\n"
     )
 
@@ -140,11 +142,13 @@ def test_installed_plugins_are_discovered_with_their_distribution(out):
 def test_a_broken_plugin_is_recorded_and_fails_only_when_asked_for(out):
     res = out["default"]
     broken = res["plugins"]["broken"]
-    assert not broken["ok"] and broken["dist"] == "fc-broken" and "ImportError: fc_broken needs libfoo" in broken["error"]
+    assert not broken["ok"] and broken["dist"] == "fc-broken"
+    assert "ImportError: fc_broken needs libfoo" in broken["error"]
     # everything else still works
     assert res["fedavg"] == "ok:FedAvg" and res["alpha-agg"] == "ok:Agg"
     # a name that may come from the broken plugin raises its import failure
-    assert res["broken-agg"].startswith("BrokenPluginError: component 'broken-agg' may come from plugin 'broken' (fc-broken)")
+    assert res["broken-agg"].startswith(
+        "BrokenPluginError: component 'broken-agg' may come from plugin 'broken' (fc-broken)")
     assert "fc_broken needs libfoo" in res["broken-agg"] and "restart the process" in res["broken-agg"]
     # the first line alone (what the CLI prints) names the import failure, e.g. the package that is missing
     assert res["broken-agg"].splitlines()[0].endswith("which failed to import: ImportError: fc_broken needs libfoo")

@@ -48,7 +48,8 @@ SCHEDULES = {
 
 def job(name, executor=None):
     return run_tiny_pipeline([SCHEDULES[name]()], rounds=4, fixture=ContractFixture(num_clients=6), executor=executor,
-                             clock=SimClock(), profiles=ProfileAssignment(weights={"watch": 2, "phone": 2, "laptop": 2}),
+                             clock=SimClock(),
+                             profiles=ProfileAssignment(weights={"watch": 2, "phone": 2, "laptop": 2}),
                              faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
 
 def summary(result):

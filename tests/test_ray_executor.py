@@ -38,8 +38,8 @@ def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_clu
 
     fixture = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_data(n=48, n_test=24))
     seen = []
-    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint \(clients \[0, 1, 2\], "
-                                          r"endpoint Endpoint\).*inline executor"):
+    with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint "
+                                          r"\(clients \[0, 1, 2\], endpoint Endpoint\).*inline executor"):
         run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=RayExecutor(num_workers=2),
                           on_round=seen.append)
     assert seen == []  # refused before any client trained or any round finished
@@ -91,7 +91,8 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert runs["inline"][1] == [5] * 10  # inline: the whole wave is one cohort
     assert runs["ray"][1] == [3, 2, 3, 2, 3] * 2  # ray: clients 0,2,4 on worker 0 and 1,3 on worker 1, by client id
-    assert [r["test_accuracy"] for r in runs["inline"][0].history] == [r["test_accuracy"] for r in runs["ray"][0].history]
+    assert ([r["test_accuracy"] for r in runs["inline"][0].history]
+            == [r["test_accuracy"] for r in runs["ray"][0].history])
 
 
 def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(ray_cluster):

@@ -95,7 +95,8 @@ def test_toml_recipe_resolves_to_the_full_pipeline(tmp_path):
     path.write_text(TOML)
     p = plan(load_config(path))
     pipe = p.resolved["pipeline"]
-    assert pipe["local_update"]["name"] == "sgd" and pipe["local_update"]["mu"] == 0.01 and pipe["local_update"]["lr"] == 0.2
+    assert pipe["local_update"]["name"] == "sgd" and pipe["local_update"]["mu"] == 0.01
+    assert pipe["local_update"]["lr"] == 0.2
     assert pipe["aggregate"] == {"name": "fedavg", "weighting": "uniform"}
     assert pipe["partition"]["name"] == "dirichlet" and pipe["schedule"]["name"] == "uniform"
     # the resolved pipeline alone (no recipe key) plans to the same fingerprint: it reproduces the run

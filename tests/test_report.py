@@ -54,7 +54,7 @@ def test_report_of_two_runs_writes_plots_and_a_table(runs, tmp_path, capsys):
     assert [s["run"] for s in summary] == ["sgd-0.1", "on-phones"]
     assert summary[0]["virtual_time"] is None and summary[1]["virtual_time"] > 0
     assert summary[0]["clients_per_round"] == 2.0 and summary[0]["rounds"] == 3
-    rows = [json.loads(l) for l in (a / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
     assert summary[0]["final_test_accuracy"] == rows[-1]["test_accuracy"]
     assert summary[0]["bytes_up"] == rows[-1]["bytes_up_total"]
     assert (out / "summary.csv").read_text().startswith("run,dir,state,rounds,final_test_accuracy")

@@ -14,7 +14,8 @@ from fedcore.types import Share
 def vit_forward_flops(T=17, D=64, depth=4, hidden=128, patches=16, patch_in=4, classes=10):
     """2·MACs of timm's ViT per sample: patch conv, per block qkv/attention/proj/mlp, head on the CLS token."""
     block = 2 * T * D * 3 * D + 2 * (2 * T * T * D) + 2 * T * D * D + 2 * 2 * T * D * hidden
-    return 2 * patches * patch_in * D + depth * block + 2 * D * classes, depth * 2 * (2 * T * T * D), 2 * patches * patch_in * D
+    return (2 * patches * patch_in * D + depth * block + 2 * D * classes, depth * 2 * (2 * T * T * D),
+            2 * patches * patch_in * D)
 
 
 def test_micro_vit_flops_match_the_analytic_count():

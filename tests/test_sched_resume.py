@@ -1,4 +1,5 @@
-"""Checkpoint/resume of semi-asynchronous and FedAsync runs with faults: the resumed run equals the uninterrupted one."""
+"""Checkpoint/resume of semi-asynchronous and FedAsync runs with faults: the resumed run equals the uninterrupted
+one."""
 import pytest
 import torch
 
@@ -19,7 +20,8 @@ def make(schedule, checkpoint=None, *, aggregate=None):
     parts = [schedule] + ([aggregate] if aggregate is not None else [])
     torch.manual_seed(0)
     return Engine(fedcore.Pipeline(parts), model=tiny_model(), train=train, test=test, num_clients=6, rounds=6, seed=5,
-                  checkpoint=checkpoint, clock=SimClock(), profiles=["watch", "watch", "phone", "phone", "laptop", "laptop"],
+                  checkpoint=checkpoint, clock=SimClock(),
+                  profiles=["watch", "watch", "phone", "phone", "laptop", "laptop"],
                   faults=Faults(dropout_during=0.2, lost_upload=0.1))
 
 

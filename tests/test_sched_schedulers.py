@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import fedcore
-
 from fedcore.builtin import (
     AsyncSchedule,
     BufferedSchedule,

@@ -97,7 +97,8 @@ def test_batchnorm_clients_match_to_float64_rounding():
 def test_history_matches_one_by_one_at_the_same_seed():
     update = UPDATES["momentum-wd-2-epochs"]
     one, _ = _run(PerJobCohort(), bn_mlp, update, rounds=3, clock=SimClock(default_profile="phone"))
-    vec, _ = _run(VectorisedCohort(on_cpu="vectorise"), bn_mlp, update, rounds=3, clock=SimClock(default_profile="phone"))
+    vec, _ = _run(VectorisedCohort(on_cpu="vectorise"), bn_mlp, update, rounds=3,
+                  clock=SimClock(default_profile="phone"))
     assert len(one.history.rows) == len(vec.history.rows) == 3
     assert vec.history.column("cohort_vectorised") == [5.0, 5.0, 5.0]  # every client, every round, in one batch
     for a, b in zip(one.history.rows, vec.history.rows):

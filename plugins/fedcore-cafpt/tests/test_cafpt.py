@@ -1,4 +1,5 @@
-"""CaFPT: contract checks, PVI properties, top-N selection, caching, artefacts, composability with PromptFL/pFedPrompt."""
+"""CaFPT: contract checks, PVI properties, top-N selection, caching, artefacts, composability with PromptFL and
+pFedPrompt."""
 from __future__ import annotations
 
 import json
@@ -11,13 +12,12 @@ import torch
 
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
-from fedcore.data.arrays import ArrayDataset
 from fedcore.errors import ConfigError
+from fedcore.testing import parametrize_with_checks
+from fedcore_cafpt import SELECTION, CaFPT, pvi_scores, top_per_class
 from fedcore_clip import PromptEval, PromptShare, PromptUpdate, encode_all, prompted_clip
 from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
 from fedcore_clip.testing import tiny_backbone as backbone
-from fedcore.testing import parametrize_with_checks
-from fedcore_cafpt import SCORES, SELECTION, CaFPT, pvi_scores, top_per_class
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +124,8 @@ def test_a_mislabelled_duplicate_scores_below_its_clean_twin():
     y = torch.arange(4).repeat_interleave(6)
     with torch.no_grad():
         centres = model.text_features()
-    feats = torch.nn.functional.normalize(centres[y] + 0.05 * torch.randn(len(y), centres.shape[1], generator=g), dim=-1)
+    feats = torch.nn.functional.normalize(centres[y] + 0.05 * torch.randn(len(y), centres.shape[1], generator=g),
+                                          dim=-1)
     feats = torch.cat([feats, feats[:1]])
     labels = torch.cat([y, torch.tensor([1])])  # the duplicate of sample 0 (class 0) labelled class 1
     for mode in ("null_image", "label_marginal"):

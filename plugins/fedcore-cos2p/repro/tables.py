@@ -21,8 +21,6 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from fedcore_cos2p.metrics import run_ru, staleness_histogram
-
 from fedcore.experiment import (
     Paired,
     SweepStatistics,
@@ -36,6 +34,7 @@ from fedcore.experiment import (
     tables_parser,
     write_sweep_report,
 )
+from fedcore_cos2p.metrics import run_ru, staleness_histogram
 
 TAG = "cos2p-results"
 BASELINE = "fedrolex"

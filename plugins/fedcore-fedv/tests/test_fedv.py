@@ -11,11 +11,11 @@ from fedcore import Channel, ConfigError, Pipeline
 from fedcore.builtin import IIDPartition, ShardPartition
 from fedcore.data import labels_of, load_digits
 from fedcore.models import micro_vit
-from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
-from fedcore_split.train import CLIENT_OPTIMIZER
 from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_fedv import FedV, FedVServer, FedVShare, FedVTrain, FedVZ, PairedTest
 from fedcore_fedv.spsa import SPSA
+from fedcore_split import Endpoint, Segment, SplitEval, SplitServerState, split_layout
+from fedcore_split.train import CLIENT_OPTIMIZER
 
 
 def small_vit():
@@ -73,7 +73,8 @@ def _session(mode, model, batches, lr=0.1):
                       round=0, seed=0)
     client = Segment(model, {"bottom": lay["bottom"], "top": lay["top"]})
     channel = Channel(0, 0)
-    with rule.model is model and __import__("fedcore_split", fromlist=["Endpoint"]).Endpoint(rule, 0).connect(channel) as srv:
+    assert rule.model is model
+    with Endpoint(rule, 0).connect(channel) as srv:
         for k, (x, y) in enumerate(batches):
             final = k == len(batches) - 1
             h = client.run("bottom", x)
@@ -122,7 +123,10 @@ def test_fedvz_contribution_is_the_two_point_spsa_estimate():
     params = {n: p.detach() for n, p in server.named_parameters()}
     h = client.run("bottom", x).detach()
     plus, minus = SPSA(eps=1e-3).points(params, seeds[0])
-    loss = lambda pt: float(nn.functional.cross_entropy(client.run("top", torch.func.functional_call(server, pt, (h,))), y))
+
+    def loss(pt):
+        return float(nn.functional.cross_entropy(client.run("top", torch.func.functional_call(server, pt, (h,))), y))
+
     assert pgs[0] == pytest.approx((loss(plus) - loss(minus)) / 2e-3, rel=1e-4)
     # what crossed for the encoder update: two outputs down, two scalars up, no encoder gradient anywhere
     assert channel.nbytes("up", "losses") == 16
@@ -149,7 +153,10 @@ def test_fedvz_with_a_frozen_encoder_parameter_steps_along_the_direction_it_meas
     trainable = {n: p.detach() for n, p in server.named_parameters() if p.requires_grad}
     h = client.run("bottom", x).detach()
     plus, minus = SPSA(eps=1e-3).points(trainable, seeds[0])
-    loss = lambda pt: float(nn.functional.cross_entropy(client.run("top", torch.func.functional_call(server, pt, (h,))), y))
+
+    def loss(pt):
+        return float(nn.functional.cross_entropy(client.run("top", torch.func.functional_call(server, pt, (h,))), y))
+
     measured = (loss(plus) - loss(minus)) / 2e-3  # the derivative along z over the trainable parameters
     new = rule.finish([0], {0: 1.0})
     assert frozen_name not in new

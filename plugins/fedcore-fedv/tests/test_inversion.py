@@ -7,9 +7,9 @@ from torch import nn
 from fedcore import Pipeline
 from fedcore.builtin import IIDPartition
 from fedcore.models import micro_vit
-from fedcore_split import OUTPUT_GRAD, SMASHED, SplitFedV1, layout_for
-from fedcore_fedv import inversion as inv
 from fedcore.testing import tiny_data
+from fedcore_fedv import inversion as inv
+from fedcore_split import OUTPUT_GRAD, SMASHED, SplitFedV1, layout_for
 
 
 def _images(n: int, seed: int, side: int = 4) -> torch.Tensor:

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from fedcore import Pipeline
-from fedcore import RoundContext
+from fedcore import Pipeline, RoundContext
 from fedcore.builtin import FedAvg, SGDUpdate, ShardPartition, UniformSync, WholeModel, accuracy_and_loss
 from fedcore.testing import parametrize_with_checks, tiny_data
 from fedcore.training import train_epochs
@@ -38,8 +37,8 @@ def test_scores_each_clients_locally_trained_model_on_its_own_test_split():
     ctx = RoundContext(run=run_ctx, seed=run_ctx.seed, round=1)
     for client in run_ctx.clients:
         own = copy.deepcopy(res.model)
-        train_epochs(own, ClientData(dataset=run_ctx.train, indices=run_ctx.partition.train[client.id]), epochs=2, lr=1e-2,
-                     optimizer="adam", batch_size=8, generator=ctx.rng("local-model-eval", client.id))
+        train_epochs(own, ClientData(dataset=run_ctx.train, indices=run_ctx.partition.train[client.id]), epochs=2,
+                     lr=1e-2, optimizer="adam", batch_size=8, generator=ctx.rng("local-model-eval", client.id))
         idx = list(run_ctx.partition.test[client.id])
         acc, _ = accuracy_and_loss(own, run_ctx.test, idx)
         correct += acc * len(idx)

@@ -39,7 +39,8 @@ PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def finals(out, setting, key):
     values = {}
     for seed in range(3):
-        rows = [json.loads(line) for line in (out / setting / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+        metrics = out / setting / f"seed-{seed}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         values[seed] = rows[-1][key]
     return values
 

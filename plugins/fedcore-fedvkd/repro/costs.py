@@ -14,10 +14,10 @@ import argparse
 from pathlib import Path
 import time
 
-from fedcore_distill import forward_macs, num_params, paper_models
 import torch
 
 from fedcore.experiment import emit
+from fedcore_distill import forward_macs, num_params, paper_models
 
 TAG = "fedvkd-costs"
 SHAPES = {"cifar": ((3, 32, 32), (64, 32, 32)), "imagenet": ((3, 224, 224), (64, 56, 56))}

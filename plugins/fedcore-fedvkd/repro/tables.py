@@ -21,14 +21,6 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from fedcore_distill import (
-    bytes_by_kind,
-    edge_model,
-    fedavg_cnn_model,
-    fedavg_vit_model,
-    forward_macs,
-)
-
 from fedcore.experiment import (
     Paired,
     RunRecord,
@@ -44,6 +36,13 @@ from fedcore.experiment import (
     sweep_command,
     sweep_statistics,
     tables_parser,
+)
+from fedcore_distill import (
+    bytes_by_kind,
+    edge_model,
+    fedavg_cnn_model,
+    fedavg_vit_model,
+    forward_macs,
 )
 
 TAG = "fedvkd-results"

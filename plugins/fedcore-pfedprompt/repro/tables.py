@@ -114,8 +114,9 @@ def shots_plot(fixed: Table, held: Table, variants: list[str], out: Path) -> Pat
             found = [(s, table.values(v, s)) for s in table.shots]
             found = [(s, spread([100 * x for x in vals.values()])) for s, vals in found if vals]
             if found:
-                ax.errorbar([s for s, _ in found], [st.mean for _, st in found], yerr=[st.std or 0.0 for _, st in found],
-                            marker="o", capsize=3, label=NAMES[v], color=f"C{list(NAMES).index(v)}",
+                ax.errorbar([s for s, _ in found], [st.mean for _, st in found],
+                            yerr=[st.std or 0.0 for _, st in found], marker="o", capsize=3, label=NAMES[v],
+                            color=f"C{list(NAMES).index(v)}",
                             linestyle=":" if v in ("label-prior", "promptprox") else "-")
         ax.set_xscale("log", base=2)
         ax.set_xticks(table.shots, [str(s) for s in table.shots])

@@ -8,10 +8,10 @@ from torch.nn import functional as F
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
 from fedcore.engine.dispatch import apply_client_view
+from fedcore.testing import parametrize_with_checks
 from fedcore_clip import PromptEval, PromptShare, PromptUpdate, prompted_clip
 from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
 from fedcore_clip.testing import tiny_backbone as backbone
-from fedcore.testing import parametrize_with_checks
 from fedcore_pfedprompt import (
     MEMORY,
     PFedPromptEval,

@@ -1,18 +1,22 @@
 """PromptFL: contract checks, the method by name, the Table 4.1 cost model, real parameter counts, baselines."""
 from __future__ import annotations
 
-import math
-import time
-
 import pytest
 import torch
 
 import fedcore
+from fedcore.testing import parametrize_with_checks
 from fedcore_clip import prompted_clip
 from fedcore_clip.testing import PROMPT_FIXTURE, one_thread, shapes_data
 from fedcore_clip.testing import tiny_backbone as backbone
-from fedcore.testing import parametrize_with_checks
-from fedcore_promptfl import PromptFL, clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
+from fedcore_promptfl import (
+    PromptFL,
+    clip_image_classifier,
+    finetune_pipeline,
+    prompt_ratios,
+    promptfl_pipeline,
+    system_cost,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -25,8 +29,8 @@ def data(classes=6, n_train=6, n_test=3):
     return shapes_data(n_train, n_test, classes, stream="p")
 
 
-@parametrize_with_checks([PromptFL(epochs=1, lr=0.01), PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)],
-                         fixture=PROMPT_FIXTURE)
+@parametrize_with_checks([PromptFL(epochs=1, lr=0.01),
+                          PromptFL(epochs=1, lr=0.01, cache_features=False, augment_shift=1)], fixture=PROMPT_FIXTURE)
 def test_contract(component, check):
     check(component)
 

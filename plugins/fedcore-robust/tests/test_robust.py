@@ -55,6 +55,7 @@ def test_dtype_and_integer_entries_are_kept():
 def _outlier_run(component):
     """A tiny federated run where client 0 uploads a huge constant instead of its trained weights."""
     import attrs
+
     from fedcore.builtin import SGDUpdate
 
     @attrs.frozen(eq=False, kw_only=True)

@@ -74,7 +74,8 @@ def summarise(histories: dict[str, list[list[dict]]], target: float) -> list[dic
         cc = [converged_cost(h) for h in runs]
         tc = [cost_to_target(h, target) for h in runs]
         rows.append({"method": name, "acc_max": float(np.mean(acc)), "acc_final": float(np.mean(final)),
-                     "acc_max_std": float(np.std(acc)), "total_bytes": float(np.mean(total)), "cc_bytes": float(np.mean(cc)),
+                     "acc_max_std": float(np.std(acc)), "total_bytes": float(np.mean(total)),
+                     "cc_bytes": float(np.mean(cc)),
                      "tc_bytes": None if any(t is None for t in tc) else float(np.mean(tc)),
                      "tc_reached": sum(t is not None for t in tc), "seeds": len(runs)})
     return rows
@@ -86,7 +87,7 @@ def table(rows: list[dict], target: float) -> str:
     lines = [f"| method | ACC (max) | final | total MiB | CC MiB | TC@{target:.2f} MiB | CC vs FedAvg | TC vs FedAvg | "
              f"TC vs FedFFT |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        def red(key: str, ref: dict) -> str:
+        def red(key: str, ref: dict, r: dict = r) -> str:  # this row's reduction (r bound here)
             if r[key] is None or ref[key] is None or r["method"] == "Local":
                 return "/"
             return f"{100 * reduction(r[key], ref[key]):.2f} %"
@@ -158,7 +159,8 @@ def main() -> None:
             h = run_one(spec, seed, args.rounds, args.alpha, args.clients)
             histories.setdefault(name, []).append(h)
             print(f"{name:22s} seed {seed}: acc max {max(r['test_accuracy'] for r in h):.4f} final "
-                  f"{h[-1]['test_accuracy']:.4f}  bytes {(h[-1]['bytes_up_total'] + h[-1]['bytes_down_total']) / MIB:8.2f} MiB"
+                  f"{h[-1]['test_accuracy']:.4f}  bytes "
+                  f"{(h[-1]['bytes_up_total'] + h[-1]['bytes_down_total']) / MIB:8.2f} MiB"
                   f"  {time.perf_counter() - t0:5.1f}s", flush=True)
     rows = summarise(histories, args.target)
     md = table(rows, args.target) if any(r["method"].startswith("FedAvg") for r in rows) else ""

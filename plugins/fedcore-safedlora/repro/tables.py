@@ -69,14 +69,16 @@ def results_block(sweep: Path, plots: Path, readme: Path | None, argv: list[str]
         best = best_of[s.label]
         vs_best = None if s.label == base.label else paired(best_of[base.label], best)
         total, tc = _bytes(histories)
-        lines.append(f"| {s.label} | {len(s.values)} | {_mean_std(list(s.values.values()))} | {_p(s.vs_baseline, s.label == base.label)} | "
-                     f"{_mean_std(list(best.values()))} | {_p(vs_best, s.label == base.label)} | {total} | {tc} |")
+        lines.append(f"| {s.label} | {len(s.values)} | {_mean_std(list(s.values.values()))} | "
+                     f"{_p(s.vs_baseline, s.label == base.label)} | {_mean_std(list(best.values()))} | "
+                     f"{_p(vs_best, s.label == base.label)} | {total} | {tc} |")
     missing = not_finished(stats)
     rel = plots.relative_to(readme.parent) if readme is not None else plots
     per_seed = "; ".join(f"{s.label} " + " / ".join(f"{v:.4f}" for _, v in sorted(s.values.items()))
                          for s in stats.settings)
     seeds = sorted({seed for s in stats.settings for seed in s.values})
-    out = [commands_line(__file__, argv, sweep), "", *lines, "", f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
+    out = [commands_line(__file__, argv, sweep), "", *lines, "",
+           f"Final accuracy per seed ({' / '.join(map(str, seeds))}): {per_seed}.",
            "Δ = mean per-seed difference to FedFFT; t p = paired t test, W p = Wilcoxon signed-rank (two-sided).", ""]
     if missing:
         out += [missing, ""]

@@ -1,10 +1,9 @@
 """The fedcore contract checks for every component of the plugin, on a small timm ViT."""
 import torch
 
-from fedcore_lora import inject_lora
 from fedcore.models import micro_vit
 from fedcore.testing import ContractFixture, parametrize_with_checks
-from fedcore_lora import StalenessMean
+from fedcore_lora import StalenessMean, inject_lora
 from fedcore_safedlora import (
     BitFitShare,
     EpochsUpdate,

@@ -1,14 +1,15 @@
-"""SA-FedLoRA: settings validation, the round plan in a real run, exact ledger bytes, frozen backbone, baselines by name."""
+"""SA-FedLoRA: settings validation, the round plan in a real run, exact ledger bytes, frozen backbone, baselines by
+name."""
 import pytest
 import torch
 
 import fedcore
 from fedcore.data import ArrayDataset, synthetic_classification
 from fedcore.errors import ConfigError
-from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore.models import micro_vit, tiny_mlp
 from fedcore.training import train_epochs
 from fedcore.types import ClientData
+from fedcore_lora import adapter_keys, has_lora, lora_numel_per_rank
 from fedcore_safedlora import SAFedLoRAPlan, converged_cost, convergence_round, cost_to_target, reduction
 
 torch.set_num_threads(1)
@@ -85,12 +86,14 @@ def test_bad_model_or_pattern_fails_before_training():
         run({"plugins": [dict(FAST, lora_target_modules="nothing")]}, 2)
     with pytest.raises(ConfigError, match=r"SAFedLoRAPlan.r_a=20 exceeds min\(in_features, out_features\)=16"):
         run({"plugins": [dict(FAST, r_a=20, r_b=16)]}, 2)
-    with pytest.raises(ConfigError, match=r"matches no nn.Linear module of this Sequential; its linear layers are: 1, 3"):
+    with pytest.raises(ConfigError,
+                       match=r"matches no nn.Linear module of this Sequential; its linear layers are: 1, 3"):
         run({"plugins": [FAST]}, 2, model=tiny_mlp(num_classes=4))
 
 
 def test_head_pattern_must_match_and_ranks_must_agree():
-    with pytest.raises(ConfigError, match=r"head_pattern='\^classifier' matches no entry .*top-level entries: cls_token"):
+    with pytest.raises(ConfigError,
+                       match=r"head_pattern='\^classifier' matches no entry .*top-level entries: cls_token"):
         run({"plugins": [dict(FAST, head_pattern="^classifier")]}, 1)
 
 
@@ -229,8 +232,8 @@ def test_same_seed_same_global_state_across_the_stage_switch():
 
 @pytest.mark.parametrize("mode", ["svd", "slice"])
 def test_round_start_truncates_the_global_factors(mode):
-    from fedcore_lora import inject_lora, lora_layers
     from fedcore.testing import ContractFixture, build_engine, round_context
+    from fedcore_lora import lora_layers
 
     component = plan_of({**FAST, "t1_rounds": 0, "truncation": mode})
     engine = build_engine([component], ContractFixture(model_factory=vit, data_factory=data, num_clients=S))
@@ -240,10 +243,10 @@ def test_round_start_truncates_the_global_factors(mode):
     with torch.no_grad():
         for layer in lora_layers(model).values():
             layer.lora_B["default"].weight.copy_(torch.randn(layer.lora_B["default"].weight.shape, generator=g))
-    before = {n: (l.lora_B["default"].weight @ l.lora_A["default"].weight).detach().double()
-              for n, l in lora_layers(model).items()}
-    factors = {n: (l.lora_B["default"].weight.detach().clone(), l.lora_A["default"].weight.detach().clone())
-               for n, l in lora_layers(model).items()}
+    before = {n: (layer.lora_B["default"].weight @ layer.lora_A["default"].weight).detach().double()
+              for n, layer in lora_layers(model).items()}
+    factors = {n: (layer.lora_B["default"].weight.detach().clone(), layer.lora_A["default"].weight.detach().clone())
+               for n, layer in lora_layers(model).items()}
     component.fedcore_round_start(ctx=round_context(engine, 2))  # t_b = 2: rank 2
     for n, layer in lora_layers(model).items():
         b, a = layer.lora_B["default"].weight.detach().double(), layer.lora_A["default"].weight.detach().double()
@@ -256,7 +259,8 @@ def test_round_start_truncates_the_global_factors(mode):
 
 
 def test_old_component_names_point_to_the_recipe():
-    with pytest.raises(fedcore.UnknownComponentError, match=r"'sa-fedlora' is a recipe .* recipe = \"sa-fedlora\" in TOML"):
+    with pytest.raises(fedcore.UnknownComponentError,
+                       match=r"'sa-fedlora' is a recipe .* recipe = \"sa-fedlora\" in TOML"):
         fedcore.Pipeline.from_config({"plugins": [{"name": "sa-fedlora", "r_a": 3}]})
     import fedcore_safedlora
 

@@ -54,7 +54,7 @@ def test_cubic_below_linear_and_cost_ordering():
     cubic = RankSchedule(r_a=12, r_b=8, t_a=2, t_b=12, shape="cubic")
     linear = RankSchedule(r_a=12, r_b=8, t_a=2, t_b=12, shape="linear")
     cosine = RankSchedule(r_a=12, r_b=8, t_a=2, t_b=12, shape="cosine")
-    assert all(c <= l for c, l in zip(cubic.values(30), linear.values(30)))
+    assert all(c <= lin for c, lin in zip(cubic.values(30), linear.values(30)))
     assert area(cubic, 30) < area(linear, 30)
     # linear and cosine(n=1) enclose the same area above r_b; integer floors differ by at most a few rank-rounds
     assert abs(area(linear.ramp, 30) - area(cosine.ramp, 30)) < 1e-9

@@ -104,7 +104,8 @@ def table(stats: SweepStatistics) -> tuple[list[str], dict[str, float], list[str
     targets = {mode: TARGET * spread(list(stats.get(base).values.values())).mean for mode, base in BASES.items()
                if stats.get(base).values}
     lines = ["| mode | setting | recipe | seeds | final accuracy | Δ vs SL (paired) | simulated s / epoch | "
-             "time to 95 % of SL's final accuracy (s) | Δ time vs SL (paired) |", "|---|---|---|---:|---:|---|---:|---:|---|"]
+             "time to 95 % of SL's final accuracy (s) | Δ time vs SL (paired) |",
+             "|---|---|---|---:|---:|---|---:|---:|---|"]
     per_seed = []
     for s in stats.settings:
         runs = by_seed(stats.runs[s.label])

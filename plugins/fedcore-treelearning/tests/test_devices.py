@@ -57,8 +57,8 @@ def test_a_device_that_cannot_hold_the_smallest_part_is_one_clear_error(vit_prof
     need = vit_profile.client_memory_bytes(2, batch_size=8)
     pico = DeviceProfile(name="pico", flops=1e9, up_bps=1e6, down_bps=1e6, memory_bytes=need - 1)
     with pytest.raises(ResourceError, match=rf"client 1 \(profile 'pico'\) cannot hold even the smallest client part "
-                                            rf"\(unit 1 'stem' of a VisionTransformer, batch 8\): it needs {need} bytes, "
-                                            rf"the device has {need - 1} bytes"):
+                                            rf"\(unit 1 'stem' of a VisionTransformer, batch 8\): it needs {need} "
+                                            rf"bytes, the device has {need - 1} bytes"):
         SplitProblem.from_devices(vit_profile, [presets()["tl-high"], pico], server_flops=1e9, batch_size=8)
 
 

@@ -66,7 +66,8 @@ def test_vit_variants_compose_and_own_every_parameter(variant):
 def test_a_part_no_unit_owns_is_one_clear_error():
     model = ResNet(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), num_classes=10)
     model.extra = nn.Linear(2, 2)  # not on the forward path the cut knows
-    with pytest.raises(ConfigError, match=r"cannot cut this ResNet into units: parameters \['extra.weight', 'extra.bias'\]"):
+    with pytest.raises(ConfigError,
+                       match=r"cannot cut this ResNet into units: parameters \['extra.weight', 'extra.bias'\]"):
         partition_units(model)
     shared = nn.Linear(4, 4)
     with pytest.raises(ConfigError, match="shared between units"):
@@ -86,7 +87,8 @@ def test_micro_vit_profile_is_positive_and_matches_the_block_formula():
 
 
 def test_micro_vit_costs_grow_with_width_and_depth():
-    narrow, wide = profile_model(micro_vit(32), torch.randn(2, 3, 32, 32)), profile_model(micro_vit(64), torch.randn(2, 3, 32, 32))
+    narrow = profile_model(micro_vit(32), torch.randn(2, 3, 32, 32))
+    wide = profile_model(micro_vit(64), torch.randn(2, 3, 32, 32))
     for a, b in zip(narrow.units, wide.units):
         assert b.forward_flops > a.forward_flops and b.backward_flops > a.backward_flops and b.params > a.params
     assert profile_model(micro_vit(depth=5), torch.randn(2, 3, 32, 32)).n_units == 7
@@ -147,7 +149,8 @@ def test_client_part_outside_the_model_is_one_clear_error(split):
 
 
 @pytest.mark.parametrize("model, message", [
-    (nn.Linear(4, 2), r"cannot cut a model of type torch\.nn\.modules\.linear\.Linear.*supported: timm VisionTransformer"),
+    (nn.Linear(4, 2),
+     r"cannot cut a model of type torch\.nn\.modules\.linear\.Linear.*supported: timm VisionTransformer"),
     (nn.Sequential(nn.Linear(4, 2)), r"1 unit\(s\) cannot be split"),
 ])
 def test_a_model_that_cannot_be_cut_is_one_clear_error(model, message):

@@ -21,7 +21,8 @@ def device(flops=100.0, bps=80.0):
 
 
 def test_one_client_one_iteration_by_hand():
-    # split 2, batch 1: CF 10/100, UP (4+8 label bytes)*8/80, server fwd (30+5)/1000, bwd (10+60)/1000, DN 4*8/80, CB 20/100
+    # split 2, batch 1: CF 10/100, UP (4+8 label bytes)*8/80, server fwd (30+5)/1000, bwd (10+60)/1000, DN 4*8/80,
+    # CB 20/100
     t = pass_time(PROFILE, [device()], [2], batches=[1], batch_size=1, server_flops=1000.0, schedule="sync")
     assert t.total == pytest.approx(0.1 + 1.2 + 0.035 + 0.07 + 0.4 + 0.2)
     assert t.client_compute == pytest.approx(0.3) and t.server_compute == pytest.approx(0.105)

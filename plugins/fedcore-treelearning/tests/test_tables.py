@@ -67,7 +67,8 @@ def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path):
     out = tmp_path / "s"
     run_sweep(config, out=out)
     readme = tmp_path / "README.md"
-    readme.write_text("# tl\n<!-- generated:treelearning-parity -->\nold\n<!-- /generated:treelearning-parity -->\nend\n")
+    readme.write_text("# tl\n<!-- generated:treelearning-parity -->\nold\n"
+                      "<!-- /generated:treelearning-parity -->\nend\n")
     done = subprocess.run([sys.executable, str(REPRO / "tables.py"), str(out), "--write",
                            str(readme)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)

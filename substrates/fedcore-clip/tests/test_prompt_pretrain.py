@@ -1,4 +1,5 @@
-"""The tiny CLIP pre-trained by fedcore: deterministic by seed and thread count, cached on disk, learns; captioned data."""
+"""The tiny CLIP pre-trained by fedcore: deterministic by seed and thread count, cached on disk, learns; captioned
+data."""
 from __future__ import annotations
 
 import pytest

@@ -9,6 +9,8 @@ import torch
 import fedcore
 from fedcore.builtin import FedAvg, FewShotPartition, UniformSync
 from fedcore.errors import ConfigError
+from fedcore.stash import Stash
+from fedcore.testing import parametrize_with_checks
 from fedcore_clip import (
     CoOpPromptLearner,
     PromptEval,
@@ -22,8 +24,6 @@ from fedcore_clip import (
 )
 from fedcore_clip import testing as helpers
 from fedcore_clip.testing import one_thread
-from fedcore.stash import Stash
-from fedcore.testing import parametrize_with_checks
 
 
 @pytest.fixture(autouse=True)

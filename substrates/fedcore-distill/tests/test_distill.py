@@ -2,6 +2,14 @@
 the p-group partition, costs at paper scale, bad input, and resume = an uninterrupted run."""
 import math
 
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fedcore
+from fedcore import ConfigError
+from fedcore.rng import derive_seed
 from fedcore_distill import (
     FeaturePacket,
     HybridViT,
@@ -18,14 +26,6 @@ from fedcore_distill import (
     teacher_lookup,
     two_head_loss,
 )
-import numpy as np
-import pytest
-import torch
-import torch.nn.functional as F
-
-import fedcore
-from fedcore import ConfigError
-from fedcore.rng import derive_seed
 
 MICRO = {"num_classes": 4, "image_size": 8, "width": 4, "embed_dim": 16, "depth": 1, "num_heads": 2}
 

@@ -5,6 +5,8 @@ import torch
 import fedcore
 from fedcore.builtin import FedAvg, IIDPartition, SGDUpdate
 from fedcore.errors import ConfigError
+from fedcore.models import micro_vit
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_lora import (
     LoRAShare,
     adapter_keys,
@@ -20,8 +22,6 @@ from fedcore_lora import (
     set_rank,
     truncate_factors,
 )
-from fedcore.models import micro_vit
-from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 
 torch.set_num_threads(1)
 
@@ -51,7 +51,7 @@ def test_inject_targets_block_linears_only_and_is_identity_at_init():
     assert trainable == set(adapter_keys(model))
     layer = lora_layers(model)["blocks.0.attn.qkv"]
     assert layer.scaling["default"] == 1.0  # Eq. 6: no alpha/r scaling
-    assert all(float(l.lora_B["default"].weight.detach().abs().sum()) == 0 for l in lora_layers(model).values())
+    assert all(float(layer.lora_B["default"].weight.detach().abs().sum()) == 0 for layer in lora_layers(model).values())
 
 
 def test_injection_is_seeded_and_std_matches():
@@ -61,14 +61,15 @@ def test_injection_is_seeded_and_std_matches():
     assert all(torch.equal(adapter_state(a)[k], adapter_state(b)[k]) for k in adapter_keys(a))
     c = small_vit()
     inject_lora(c, rank=4, seed=7, init_std=0.5)
-    std = torch.cat([l.lora_A["default"].weight.detach().flatten() for l in lora_layers(c).values()]).std()
+    std = torch.cat([layer.lora_A["default"].weight.detach().flatten() for layer in lora_layers(c).values()]).std()
     assert 0.4 < float(std) < 0.6
 
 
 def test_bad_input_names_the_setting_and_what_the_model_has():
     with pytest.raises(ConfigError, match=r"target='nope' matches no nn.Linear .* blocks.0.attn.qkv"):
         inject_lora(small_vit(), target="nope", rank=2)
-    with pytest.raises(ConfigError, match=r"rank=40 exceeds min\(in_features, out_features\)=32 of layer 'blocks.0.attn.qkv'"):
+    with pytest.raises(ConfigError,
+                       match=r"rank=40 exceeds min\(in_features, out_features\)=32 of layer 'blocks.0.attn.qkv'"):
         inject_lora(small_vit(), rank=40)
     with pytest.raises(ConfigError, match="not a valid regular expression"):
         find_targets(small_vit(), "(")
@@ -226,7 +227,8 @@ def test_timm_swin_gets_the_same_default_targets():
     x = torch.randn(2, 1, 16, 16)
     before = model(x)
     targets = inject_lora(model, rank=4, seed=0)
-    assert targets == [f"layers.{s}.blocks.0.{n}" for s in (0, 1) for n in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")]
+    assert targets == [f"layers.{s}.blocks.0.{n}"
+                       for s in (0, 1) for n in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")]
     assert torch.allclose(model(x), before, atol=1e-6)
     randomise_b(model)
     y = model(x)

@@ -72,7 +72,8 @@ def test_fedrolex_round_end_to_end(full, shape):
     (lambda d, m: d.update(a=B([float("nan"), 0, 0, 0])), SubmodelMismatchError, "NaN"),
     (lambda d, m: (d.update(b=torch.zeros(4)), m.update(b=torch.ones(4, dtype=torch.bool))),
      SubmodelMismatchError, "tensor b is not in the global state"),
-    (lambda d, m: (d.pop("a"), d.update(c=torch.zeros(4))), SubmodelMismatchError, "mask names tensors the delta lacks"),
+    (lambda d, m: (d.pop("a"), d.update(c=torch.zeros(4))), SubmodelMismatchError,
+     "mask names tensors the delta lacks"),
 ])
 def test_bad_updates_are_refused_and_nothing_is_merged(break_it, error, message):
     w, updates = _two_clients()

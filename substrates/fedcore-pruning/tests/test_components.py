@@ -99,9 +99,9 @@ def test_a_width_that_leaves_no_head_is_refused():
 
 
 def test_submodel_share_refuses_an_aggregator_that_cannot_merge_slices():
-    with pytest.raises(ConfigError, match=r"^split 'submodel-share' uploads sliced submodels, which aggregate 'fedavg' does "
-                                          r"not merge \(it merges whole weights\); use an aggregator that merges them: "
-                                          r"aggregate = \"masked-delta\"$"):
+    with pytest.raises(ConfigError, match=r"^split 'submodel-share' uploads sliced submodels, which aggregate "
+                                          r"'fedavg' does not merge \(it merges whole weights\); use an aggregator "
+                                          r"that merges them: aggregate = \"masked-delta\"$"):
         fedcore.Pipeline([SubmodelShare(), SubmodelTrain()])
 
 
@@ -168,7 +168,8 @@ def test_full_width_fedrolex_is_uniform_fedavg():
     for name, pipe in [("fedavg", fedcore.Pipeline.from_config({
             "local_update": {"name": "sgd", "lr": 0.05},
             "aggregate": {"name": "fedavg", "weighting": "uniform"}})),
-            ("fedrolex", fedcore.recipe("fedrolex", split={"widths": [1.0]}, local_update={"optimizer": "sgd", "lr": 0.05}))]:
+            ("fedrolex", fedcore.recipe("fedrolex", split={"widths": [1.0]},
+                                        local_update={"optimizer": "sgd", "lr": 0.05}))]:
         runs[name] = pipe.run(model=vit(), train=train, test=test, num_clients=3, rounds=2, seed=0).model.state_dict()
     start = vit().state_dict()
     assert all(torch.allclose(runs["fedavg"][k], runs["fedrolex"][k], atol=1e-6) for k in start)

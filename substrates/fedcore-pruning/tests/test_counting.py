@@ -99,7 +99,8 @@ def test_pruning_shrinks_every_cost(full, shape):
 
 def test_bad_counter_inputs(full, shape):
     sub = extract(full, SubmodelSpec.full(shape))
-    with pytest.raises(ConfigError, match="optimizer='adam' is not allowed; choose one of: sgd, sgd_momentum, adamw, adan"):
+    with pytest.raises(ConfigError,
+                       match="optimizer='adam' is not allowed; choose one of: sgd, sgd_momentum, adamw, adan"):
         training_memory(sub, 2, optimizer="adam")
     with pytest.raises(ConfigError, match="batch=0"):
         count_flops(sub, batch=0)

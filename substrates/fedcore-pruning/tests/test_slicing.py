@@ -87,7 +87,8 @@ def test_frozen_prefix_gets_no_gradient_and_is_counted_frozen(full, shape, image
     sub = extract(full, spec).train()
     sum(o.sum() for o in sub.forward_all(images)).backward()
     frozen = {n for n, p in sub.named_parameters() if not p.requires_grad}
-    assert frozen == {n for n, _ in sub.named_parameters() if n.startswith(("blocks.0.", "patch_embed", "cls_", "pos_"))}
+    assert frozen == {n for n, _ in sub.named_parameters()
+                      if n.startswith(("blocks.0.", "patch_embed", "cls_", "pos_"))}
     assert all(p.grad is None for n, p in sub.named_parameters() if n in frozen)
     assert all(p.grad is not None for n, p in sub.named_parameters() if n not in frozen)
     assert trainable_names(spec) == {n for n in sub.state_dict() if n not in frozen and not n.startswith("exits.")}
@@ -107,7 +108,8 @@ def test_scatter_refuses_mismatched_updates_and_writes_nothing(full, shape):
     global_state = full.state_dict()
     before = {k: v.clone() for k, v in global_state.items()}
     wrong_spec = _specs(shape)["full"]
-    with pytest.raises(SubmodelMismatchError, match="blocks.0.attn.qkv.weight has shape \\(48, 32\\); .* needs \\(96, 32\\)"):
+    with pytest.raises(SubmodelMismatchError,
+                       match="blocks.0.attn.qkv.weight has shape \\(48, 32\\); .* needs \\(96, 32\\)"):
         scatter(sub_state, wrong_spec, into=global_state)
     with pytest.raises(SubmodelMismatchError, match="does not hold"):
         scatter(sub_state | {"blocks.9.mlp.fc1.bias": torch.zeros(3)}, spec, into=global_state)

@@ -34,7 +34,8 @@ def test_timm_shape_is_read_from_the_model():
     assert s.head_dim == 8 and s.num_tokens == 17
 
 
-@pytest.mark.parametrize("kw, feature", [(dict(global_pool="avg"), "global_pool"), (dict(init_values=0.1), "layer scale"),
+@pytest.mark.parametrize("kw, feature", [(dict(global_pool="avg"), "global_pool"),
+                                         (dict(init_values=0.1), "layer scale"),
                                          (dict(qkv_bias=False), "qkv_bias"), (dict(reg_tokens=1), "reg_tokens")])
 def test_unsupported_timm_variants_are_refused_by_name(kw, feature):
     with pytest.raises(ConfigError, match=feature):

@@ -9,19 +9,20 @@ from torch import nn
 
 import fedcore
 from fedcore import ConfigError, Pipeline
-from fedcore.builtin import IIDPartition, UniformSync
+from fedcore.builtin import IIDPartition
 from fedcore.data import ArrayDataset
 from fedcore.models import micro_vit
+from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 from fedcore_split import (
     INPUT_GRAD,
     OUTPUT_GRAD,
     SERVER_OUT,
     SMASHED,
     Segment,
+    SLTurns,
     SplitEval,
     SplitFedV1,
     SplitFedV2,
-    SLTurns,
     SplitServerState,
     SplitShare,
     SplitTrain,
@@ -29,7 +30,6 @@ from fedcore_split import (
     split_layout,
     stage_names,
 )
-from fedcore.testing import ContractFixture, parametrize_with_checks, tiny_data
 
 
 def small_vit(**kw):
@@ -48,7 +48,8 @@ def test_contract(component, check):
     check(component)
 
 
-@parametrize_with_checks([SplitFedV1(), SplitFedV2(server_update="frozen", batch_size=8), VanillaSL(cut=1, tail_from=-2)], fixture=FIXTURE)
+@parametrize_with_checks([SplitFedV1(), SplitFedV2(server_update="frozen", batch_size=8),
+                          VanillaSL(cut=1, tail_from=-2)], fixture=FIXTURE)
 def test_contract_of_the_deprecated_shells(component, check):
     check(component)
 

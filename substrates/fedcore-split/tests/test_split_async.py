@@ -119,8 +119,9 @@ def test_a_recipe_name_in_a_slot_points_to_recipe():
     with pytest.raises(ConfigError) as err:
         fedcore.Pipeline.from_config({"split": "fedv"})
     assert str(err.value) == ("unknown component 'fedv' for slot 'split': 'fedv' is a recipe (a preset pipeline of "
-                              "components), not a component: write recipe = \"fedv\" in TOML or fedcore.recipe(\"fedv\") "
-                              "in Python, and give settings to the slot that owns them (fedcore describe fedv)")
+                              "components), not a component: write recipe = \"fedv\" in TOML or "
+                              "fedcore.recipe(\"fedv\") in Python, and give settings to the slot that owns them "
+                              "(fedcore describe fedv)")
 
 
 @pytest.mark.parametrize("recipe, split", [("fedv", {}), ("splitfed-v2", {"personal": True})])

@@ -1,9 +1,13 @@
 """Record split runs from the multi-slot classes (main 44879aa) for the recipe bit-identity test."""
-import hashlib, json, sys
+import hashlib
+import json
+import sys
+
 import torch
+
 from fedcore.testing import ContractFixture, run_tiny_pipeline, tiny_data
-from fedcore_split import SplitFedV1, SplitFedV2, VanillaSL
 from fedcore_fedv import FedV, FedVZ
+from fedcore_split import SplitFedV1, SplitFedV2, VanillaSL
 
 WALL = ("wall_s", "round_wall_s")
 
@@ -20,7 +24,8 @@ RUNS = {
     "splitfed-v1": lambda: run_tiny_pipeline([SplitFedV1(batch_size=16)], rounds=2, fixture=FX),
     "splitfed-v2": lambda: run_tiny_pipeline([SplitFedV2(batch_size=16, server_momentum=0.9)], rounds=2, fixture=FX),
     "fedv": lambda: run_tiny_pipeline([FedV(**FV)], rounds=3, fixture=FX),
-    "fedv-participants": lambda: run_tiny_pipeline([FedV(**FV, aggregate_scope="participants", server_optimizer="adam")], rounds=3, fixture=FX),
+    "fedv-participants": lambda: run_tiny_pipeline(
+        [FedV(**FV, aggregate_scope="participants", server_optimizer="adam")], rounds=3, fixture=FX),
     "fedvz": lambda: run_tiny_pipeline([FedVZ(**FV)], rounds=3, fixture=FX),
 }
 
@@ -28,7 +33,8 @@ def digest(t):
     return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()
 
 def run_pinned(make):
-    n = torch.get_num_threads(); torch.set_num_threads(1)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         r = make()
     finally:
