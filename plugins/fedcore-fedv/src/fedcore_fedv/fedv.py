@@ -6,7 +6,8 @@ and any aggregator for the heads and tails (the paper's uniform FedAvg by defaul
 with ``server_grad="zo"``.
 
 ``FedV`` / ``FedVZ`` below are deprecated multi-slot shells over those components (same runs bit for
-bit), kept until 1.0 for Python code that built them directly; they are not registered by name.
+bit), kept until 1.0 for Python code that built them directly; they are not registered by name. Their settings
+are the components' own fields, built at import (no copy to keep in step).
 """
 from __future__ import annotations
 
@@ -39,47 +40,11 @@ RECIPES = {
                     test_setup=MICRO_VIT),
 }
 
-_SHARE = tuple(a.name for a in attrs.fields(FedVShare))
-_TRAIN = tuple(a.name for a in attrs.fields(FedVTrain))
+class _FedVShell:
+    """The deprecated multi-slot shell: ``fedv-share`` + ``fedv-train`` + FedAvg in one object, every hook
+    forwarded to the components built from its settings (its settings are theirs: see :func:`_shell`)."""
 
-
-@attrs.frozen(eq=False, kw_only=True)
-class FedV:
-    """Deprecated: use ``fedcore.recipe("fedv")`` (``fedv-share`` + ``fedv-train`` + any aggregator)."""
-
-    cut: str | int = setting("patch_embed", kind=(str, int), help="last stage of the client head")
-    tail_from: str | int = setting("norm", kind=(str, int), help="first stage of the client tail")
-    head_init: str = setting("random", choices=("random", "pretrained"),
-                             help="Alg. 1 l.1: heads and tails start random; 'pretrained' keeps the PIT's "
-                                  "patch embedding")
-    local_epochs: int = setting(5, low=1, help="local epochs per round (Sec. 4.3)")
-    batch_size: int = setting(128, low=1, help="Sec. 4.1")
-    lr_client: float = setting(2e-4, low=0.0, low_open=True, help="Adam learning rate of head and tail (App. 0.A.2)")
-    client_optimizer: str = setting("adam", choices=("adam", "sgd"))
-    client_weight_decay: float = setting(0.0, low=0.0)
-    reset_client_optimizer_each_round: bool = setting(True, help="False: the client's Adam state persists "
-                                                      "across its rounds (kept on the client)")
-    lr_server: float = setting(1e-6, low=0.0, help="encoder learning rate (App. 0.A.2); 0 = frozen-encoder control")
-    server_optimizer: str = setting("sgd", choices=("sgd", "adam"), help="Alg. 1 l.19 is plain SGD")
-    server_lr_decay: float = setting(0.5, low=0.0, high=1.0, low_open=True, help="'decaying rate 0.5'")
-    server_lr_decay_every: int | None = setting(None, kind=int, low=1, optional=True,
-                                                help="rounds between decays; None = rounds // 4")
-    fedround: int = setting(20, low=1, help="heads and tails are averaged when round % fedround == 0")
-    aggregate_scope: str = setting("all", choices=("all", "participants"), help="who receives the average")
-    aggregate_weighting: str = setting("uniform", choices=("uniform", "samples"), help="paper: 1/m")
-    server_batch_policy: str = setting("last", choices=("last", "all", "every_n"),
-                                       help="which minibatches contribute to the encoder step (paper: last)")
-    server_batch_every: int = setting(1, low=1, help="every_n: batches n, 2n, ... and the last one contribute")
-    head_grad_mode: str = setting("backprop", choices=("backprop", "zo", "frozen"),
-                                  help="how the head is trained; 'zo'/'frozen' send no gradient (our extension)")
-    head_zo_eps: float = setting(1e-3, low=0.0, low_open=True, help="activation perturbation for head_grad_mode='zo'")
-    server_grad: str = setting("exact", choices=("exact", "zo"), help="exact: FedV (Eq. 4); zo: FedVZ (Eq. 5)")
-    zo_eps: float = setting(1e-4, low=0.0, low_open=True, help="SPSA epsilon (App. 0.A.2), > 0")
-    zo_num_directions: int = setting(1, low=1, help="SPSA directions per client per round, >= 1")
-    zo_distribution: str = setting("gaussian", choices=("gaussian", "rademacher"))
-    zo_estimator: str = setting("central", choices=("central", "forward"))
-    zo_shared_direction: bool = setting(False, help="one z shared by all clients of a round")
-    record_messages: bool = setting(False, help="keep every message for privacy audits (fedcore_fedv.inversion)")
+    aggregate_weighting: str
 
     def __attrs_post_init__(self) -> None:
         warnings.warn(f"{type(self).__name__} fills several slots and is deprecated (removed in fedcore 1.0); use "
@@ -88,11 +53,11 @@ class FedV:
 
     @property
     def share(self) -> FedVShare:
-        return FedVShare(**{k: getattr(self, k) for k in _SHARE})
+        return FedVShare(**{k.name: getattr(self, k.name) for k in attrs.fields(FedVShare)})
 
     @property
     def train(self) -> FedVTrain:
-        return FedVTrain(**{k: getattr(self, k) for k in _TRAIN})
+        return FedVTrain(**{k.name: getattr(self, k.name) for k in attrs.fields(FedVTrain)})
 
     def spsa(self) -> Any:
         return self.share.spsa()
@@ -122,8 +87,18 @@ class FedV:
         return self.share.fedcore_collect_metrics(ctx=ctx)
 
 
-@attrs.frozen(eq=False, kw_only=True)
-class FedVZ(FedV):
-    """Deprecated: use ``fedcore.recipe("fedvz")``."""
+def _shell(name: str, doc: str, **defaults: Any) -> Any:
+    """A deprecated shell class whose settings are the components' own fields (validators, help, defaults; a
+    ``defaults`` entry changes one), plus the aggregator's weighting: nothing here can drift from them."""
+    fields: dict[str, Any] = {
+        a.name: attrs.field(default=defaults.get(a.name, a.default), converter=a.converter, validator=a.validator,
+                            metadata=a.metadata)
+        for component in (FedVShare, FedVTrain) for a in attrs.fields(component)}
+    fields["aggregate_weighting"] = setting("uniform", choices=("uniform", "samples"), help="paper: 1/m")
+    shell = attrs.make_class(name, fields, bases=(_FedVShell,), frozen=True, eq=False, kw_only=True)
+    shell.__doc__, shell.__module__ = doc, __name__
+    return shell
 
-    server_grad: str = setting("zo", choices=("exact", "zo"), help="exact: FedV (Eq. 4); zo: FedVZ (Eq. 5)")
+
+FedV = _shell("FedV", 'Deprecated: use ``fedcore.recipe("fedv")`` (``fedv-share`` + ``fedv-train`` + an aggregator).')
+FedVZ = _shell("FedVZ", 'Deprecated: use ``fedcore.recipe("fedvz")``.', server_grad="zo")
