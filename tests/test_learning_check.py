@@ -25,7 +25,6 @@ DOES_NOT_LEARN_YET = {
               "initialised extractors, issue 28 item 2",
     "fedv": "20 rounds at 28 %, under chance (34 %), at the micro setup and with a 50x client learning rate",
     "fedvz": "as fedv",
-    "sl": "vanilla SL (sl-turns) ends under chance at 5, 10 and 20 rounds; sl-round-robin on the same data learns",
     "cafpt": "prompt learning on the tiny CLIP: at chance on the random-weight CLIP",
     **{r: "prompt learning on the tiny CLIP: at chance on the random-weight CLIP; on the 100-step pre-trained one "
           "PromptFL reaches 43 % against its zero-shot control's 42 %"
