@@ -23,8 +23,6 @@ DOES_NOT_LEARN_YET = {
     # its entry must go.
     "fedvkd": "the server stays near chance (12 rounds, 240 samples: 32.6 % against the 35 % bar); ten independently "
               "initialised extractors, issue 28 item 2",
-    "fedv": "20 rounds at 28 %, under chance (34 %), at the micro setup and with a 50x client learning rate",
-    "fedvz": "as fedv",
     "cafpt": "prompt learning on the tiny CLIP: at chance on the random-weight CLIP",
     **{r: "prompt learning on the tiny CLIP: at chance on the random-weight CLIP; on the 100-step pre-trained one "
           "PromptFL reaches 43 % against its zero-shot control's 42 %"
