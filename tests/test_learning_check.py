@@ -21,8 +21,6 @@ from fedcore.recipes import Recipe
 DOES_NOT_LEARN_YET = {
     # Found by this check (issue 28); each is open work, not an accepted state. ``strict``: when one starts to learn,
     # its entry must go.
-    "fedvkd": "the server stays near chance (12 rounds, 240 samples: 32.6 % against the 35 % bar); ten independently "
-              "initialised extractors, issue 28 item 2",
     "cafpt": "prompt learning on the tiny CLIP: at chance on the random-weight CLIP",
     **{r: "prompt learning on the tiny CLIP: at chance on the random-weight CLIP; on the 100-step pre-trained one "
           "PromptFL reaches 43 % against its zero-shot control's 42 %"
