@@ -253,3 +253,19 @@ def test_client_optimizer_state_persists_only_when_asked():
     state = kept.run.client_states[0].stash[CLIENT_OPTIMIZER]
     # 48 samples / 3 clients / batch 16 = 1 batch x 3 epochs per round: Adam's step count carries over to 6
     assert state["state"] and all(int(s["step"]) == 6 for s in state["state"].values()), state["state"]
+
+
+@pytest.mark.parametrize("recipe", ["fedv", "fedvz"])
+def test_the_recipe_scores_the_models_the_clients_hold(recipe):
+    """Heads and tails are personal between averagings, so the global model keeps the last average's head and tail:
+    with the encoder frozen and no averaging after round 0 it never changes. The recipe's ``test_accuracy`` /
+    ``test_loss`` score each client's own head and tail (``split-eval``), which learn; the global model's score
+    stays as ``global_accuracy`` (issue 28: the recipe used to score the global model, flat at chance however
+    much the clients learned)."""
+    train, test = tiny_data(n=48, n_test=24)
+    result = fedcore.recipe(recipe, split={"lr_server": 0.0, "fedround": 100},
+                            local_update={"lr_client": 1e-2, "batch_size": 8, "local_epochs": 3}).run(
+        model=small_vit(), train=train, test=test, num_clients=3, rounds=3, seed=0)
+    rows = list(result.history)
+    assert rows[-1]["test_loss"] < rows[0]["test_loss"] - 0.05, [r["test_loss"] for r in rows]
+    assert len({r["global_loss"] for r in rows[1:]}) == 1, "the global model does not change after round 0"

@@ -23,15 +23,16 @@ GOLDEN = Path(__file__).parent / "data" / "golden_recipes.json"
 WALL = ("wall_s", "round_wall_s")
 FEDV_SHARE = {"fedround": 2, "lr_server": 1e-2}
 FEDV_TRAIN = {"batch_size": 16, "local_epochs": 1}
+GLOBAL = {"evaluate": "global-eval"}  # the classes were scored by the default evaluator; the recipes use split-eval
 
 RECIPES = {  # golden name -> (recipe, overrides, rounds)
     "sl": ("sl", {"local_update": {"batch_size": 16}}, 4),
     "splitfed-v1": ("splitfed-v1", {"local_update": {"batch_size": 16}}, 2),
     "splitfed-v2": ("splitfed-v2", {"split": {"server_momentum": 0.9}, "local_update": {"batch_size": 16}}, 2),
-    "fedv": ("fedv", {"split": FEDV_SHARE, "local_update": FEDV_TRAIN}, 3),
+    "fedv": ("fedv", {"split": FEDV_SHARE, "local_update": FEDV_TRAIN, **GLOBAL}, 3),
     "fedv-participants": ("fedv", {"split": {**FEDV_SHARE, "aggregate_scope": "participants",
-                                             "server_optimizer": "adam"}, "local_update": FEDV_TRAIN}, 3),
-    "fedvz": ("fedvz", {"split": FEDV_SHARE, "local_update": FEDV_TRAIN}, 3),
+                                             "server_optimizer": "adam"}, "local_update": FEDV_TRAIN, **GLOBAL}, 3),
+    "fedvz": ("fedvz", {"split": FEDV_SHARE, "local_update": FEDV_TRAIN, **GLOBAL}, 3),
 }
 
 

@@ -28,16 +28,23 @@ from fedcore_fedv.train import FedVTrain
 
 MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "depth": 2, "num_heads": 2}}
 """The smallest run of these recipes (recipe matrix, smoke tests): a cut needs a ViT's named stages."""
+LEARNING: dict[str, Any] = {"rounds": 5, "setup": {"pipeline": {"local_update": {"lr_client": 1e-2},
+                                                                "split": {"lr_server": 1e-3, "fedround": 5}}}}
+"""The learning check's setup (``fedcore.experiment.learning``): a random micro ViT and 16 samples a client, so
+the paper's client Adam 2e-4 (5 steps a round) is raised to 1e-2; the encoder's SGD 1e-3 and ``fedround=5`` are
+the README sweep's."""
 
 RECIPES = {
     "fedv": Recipe(slots={"split": "fedv-share", "local_update": "fedv-train",
-                          "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
+                          "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform",
+                          "evaluate": "split-eval"},
                    help="FedV (Shi et al.): personal heads/tails on a pre-trained encoder, exact once-per-round step",
-                   test_setup=MICRO_VIT),
+                   test_setup=MICRO_VIT, learning=LEARNING),
     "fedvz": Recipe(slots={"split": {"name": "fedv-share", "server_grad": "zo"}, "local_update": "fedv-train",
-                           "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform"},
+                           "aggregate": {"name": "fedavg", "weighting": "uniform"}, "schedule": "uniform",
+                           "evaluate": "split-eval"},
                     help="FedVZ: FedV whose encoder step is a zeroth-order SPSA estimate from two losses per client",
-                    test_setup=MICRO_VIT),
+                    test_setup=MICRO_VIT, learning=LEARNING),
 }
 
 class _FedVShell:

@@ -32,15 +32,23 @@ def _learning(rounds: int, lr: float) -> dict[str, Any]:
                                         "pipeline": {"local_update": {"lr": lr}}}}
 
 
+FEDVKD_LEARNING: dict[str, Any] = {**_learning(12, 1e-2), "setup": {
+    **_learning(12, 1e-2)["setup"],
+    "pipeline": {"split": {"same_init": True}, "local_update": {"lr": 1e-2, "augment": False},
+                 "aggregate": {"lr": 1e-2}}}}
+"""FedVKD's learning check: every client's extractor from the same init (``same_init``, spec A18) and Adam 1e-2 on
+both sides, no augmentation. Measured at seed 0, 12 rounds (issue 28): with independent inits and 3e-3 the server
+ends at 32.6 % (chance 25 %); independent inits at 1e-2 at 39.9 %, rising only from round 9; the shared init at
+1e-2 at 55.9 %, above 42 % from round 6. The spec's micro plan (16x16, 20 rounds, 1e-3) is several times the cost
+of a learning case."""
+
 RECIPES = {
     "fedvkd": Recipe(slots={"split": "edge-share", "local_update": "edge-kd-train",
                             "aggregate": {"name": "kd-server", "loss": "hard-dist"}, "evaluate": "kd-eval"},
                      help="FedVKD: edge CNNs + a hybrid-ViT server trained by DeiT hard distillation on their "
                           "features; server logits sent back as soft targets",
                      test_setup=_setup({"name": "kd.fedvkd", **_MICRO_VIT}),
-                     learning={**_learning(12, 3e-3), "setup": {
-                         **_learning(12, 3e-3)["setup"],
-                         "pipeline": {"local_update": {"lr": 3e-3, "augment": False}, "aggregate": {"lr": 3e-3}}}}),
+                     learning=FEDVKD_LEARNING),
     "fedavg-vit": Recipe(slots=_FEDAVG, help="FedAvg of the composed hybrid ViT (edge extractor + ViT encoder)",
                          test_setup=_setup({"name": "kd.fedavg-vit", **_MICRO_VIT}), learning=_learning(8, 3e-3)),
     "fedavg-cnn": Recipe(slots=_FEDAVG, help="FedAvg of the composed CNN (edge extractor + bottleneck ResNet)",

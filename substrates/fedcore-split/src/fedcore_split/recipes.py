@@ -10,12 +10,18 @@ MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "de
 LEARNING: dict[str, Any] = {"rounds": 10, "setup": {"pipeline": {"local_update": {"lr": 0.01},
                                                                  "split": {"server_lr": 0.01}}}}
 """The learning check's setup (``fedcore.experiment.learning``): Adam 1e-2 on both segments, 10 rounds."""
+SL_LEARNING: dict[str, Any] = {"rounds": 40, "setup": {"pipeline": {"local_update": {"lr": 0.01, "batch_size": 8},
+                                                                    "split": {"server_lr": 0.01}}}}
+"""Vanilla SL's learning check: a round is one client's turn (a quarter of the micro data), so 40 rounds are the
+10 passes over the data of the other split recipes' 10 rounds; batches of 8 give a turn two steps. At 10 rounds of
+one 16-sample batch (10 steps in all) it stays at chance; its wiring is exactly centralised SGD
+(``test_vanilla_sl_with_sgd_is_centralised_sgd_in_turn_order``)."""
 
 RECIPES = {
     "sl": Recipe(slots={"split": "split-share", "local_update": "split-train", "aggregate": "fedavg",
                         "schedule": "sl-turns"},
                  help="vanilla split learning: clients take turns, segments relayed, server stepped per batch",
-                 test_setup=MICRO_VIT, learning=LEARNING),
+                 test_setup=MICRO_VIT, learning=SL_LEARNING),
     "splitfed-v1": Recipe(slots={"split": {"name": "split-share", "server_update": "copies"},
                                  "local_update": "split-train", "aggregate": "fedavg", "schedule": "uniform"},
                           help="SplitFed V1 (Thapa et al. 2022): parallel clients, a server copy each, averaged",
