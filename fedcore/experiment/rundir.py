@@ -8,6 +8,7 @@
       model.safetensors    the final global model
       checkpoints/         round-NNNNNN/ (see fedcore.engine.checkpoint)
       tensorboard/         event log when output.tensorboard = true
+      .lock                held (flock) by the one process writing the directory; holds its pid
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 import tomli_w
 
 from fedcore.errors import ConfigError
+from fedcore.experiment.run_lock import LOCK, RunLock
 
 CONFIG, MANIFEST, STATUS = "config.toml", "manifest.json", "status.json"
 METRICS, MODEL = "metrics.jsonl", "model.safetensors"
@@ -70,6 +72,15 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and any((path / m).exists() for m in MARKERS)
 
 
+def _debris(name: str) -> bool:
+    """The lock file and an interrupted atomic write's temporary: nothing a run left worth keeping."""
+    return name == LOCK or (name.startswith(".") and ".tmp-" in name)
+
+
+def holds_nothing(path: Path) -> bool:
+    return all(_debris(p.name) for p in path.iterdir())
+
+
 def versions() -> dict[str, Any]:
     import fedcore
 
@@ -89,6 +100,7 @@ class RunDir:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.lock = RunLock(self.path)
 
     # -- opening ----------------------------------------------------------------------------------------
 
@@ -100,17 +112,26 @@ class RunDir:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--out {path}: exists and is not a directory")
-        if path.is_dir() and any(path.iterdir()):
+        if path.is_dir() and not holds_nothing(path):
             if not is_run_dir(path):
                 raise ConfigError(f"--out {path}: the directory is not empty and is not a fedcore run directory; "
                                   f"choose another --out")
             if not overwrite:
                 raise ConfigError(f"--out {path}: {cls(path).describe_against(resolved, fingerprint)}; choose "
                                   f"another --out, continue it with --resume {path}, or pass --overwrite to replace it")
-            shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         rd = cls(path)
-        rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
+        rd.lock.acquire()  # before anything is removed or written: a live writer keeps its directory
+        try:
+            for entry in path.iterdir():  # --overwrite's old run, or an earlier try's debris
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                elif entry.name != LOCK:
+                    entry.unlink()
+            rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
+        except BaseException:
+            rd.lock.release()
+            raise
         return rd
 
     @classmethod
@@ -126,6 +147,7 @@ class RunDir:
             diff = config_differences(rd.config(), resolved) if resolved is not None else ""
             raise ConfigError(f"--resume {path}: the directory holds a different run (config differs: {diff}); "
                               f"resume with its own config (fedcore run --resume {path})")
+        rd.lock.acquire()  # held until the run ends: a second resume stops here, naming this one's pid
         return rd
 
     def describe_against(self, resolved: Mapping[str, Any], fingerprint: str) -> str:

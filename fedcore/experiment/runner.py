@@ -103,12 +103,23 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     resolved, fp = m.resolved, m.plan.fingerprint
     if resume is not None:
         rd = RunDir.for_resume(resume, fingerprint=fp, resolved=resolved)
+    else:
+        rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
+                           fingerprint=fp, overwrite=overwrite)
+    try:  # the directory's lock is held from here to the end of the run
+        return _run_locked(m, rd, resume=resume, progress=progress, stream=stream, on_round=on_round)
+    finally:
+        rd.lock.release()
+
+
+def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress: str, stream: Any,
+                on_round: Callable[[dict[str, Any]], None] | None) -> Outcome:
+    resolved = m.resolved
+    if resume is not None:
         if rd.status().get("state") == "finished":
             return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished",
                            stopped=rd.status().get("stopped"))
     else:
-        rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
-                           fingerprint=fp, overwrite=overwrite)
         rd.write_config(resolved)
     cfg = m.plan.config
     display = RunProgress(name=resolved["name"], rounds=cfg["rounds"], mode=progress, stream=stream)
