@@ -118,11 +118,9 @@ def _run_in_child(directory: Path, cell: Cell) -> CellResult:
 def _ray_runner(address: str | None, jobs: int) -> Callable[[Path, Cell], CellResult]:
     import ray
 
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+    from fedcore.engine.ray_cluster import init_ray
+
+    init_ray(address=address, num_cpus=jobs)  # loopback unless the user named a cluster's address
     remote = ray.remote(num_cpus=1)(run_cell)
     return lambda directory, cell: ray.get(remote.remote(directory, cell))
 
