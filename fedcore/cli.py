@@ -479,6 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    from fedcore.experiment.termination import Terminated, terminate_as_interrupt
+
+    terminate_as_interrupt()  # SIGTERM ends a run as Ctrl-C does: state interrupted, resumable
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
@@ -490,9 +493,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # a library imported where a component builds or runs (docs/plugins.md) is missing
         print(f"fedcore: error: {_missing_library(exc)}", file=sys.stderr)
         return EXIT_FAILED
+    except Terminated:
+        print("fedcore: terminated (SIGTERM); continue with fedcore run --resume RUN_DIR", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file fedcore had to read or write (the run directory's are worded where they fail)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fedcore: error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # `fedcore describe X | head`: the reader left; say nothing more
         import os
 

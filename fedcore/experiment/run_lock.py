@@ -51,10 +51,13 @@ class RunLock:
                 raise RunDirLocked(f"{self.path.parent}: another fedcore process (pid {holder}) is writing this run "
                                    f"directory; wait for it to end or stop it first") from None
             raise
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
+        try:  # the pid is only for the refusal message: a full disk must not stop the run here
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+        except OSError:
+            pass
         self._file = f
         return self
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import tomli_w
 
-from fedcore.errors import ConfigError
+from fedcore.errors import ConfigError, FedcoreError
 from fedcore.experiment.run_lock import LOCK, RunLock
 
 CONFIG, MANIFEST, STATUS = "config.toml", "manifest.json", "status.json"
@@ -33,17 +33,37 @@ CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
 MARKERS = (STATUS, CONFIG, METRICS)
 
 
+class RunStorageError(FedcoreError):
+    """The run directory could not be written during a run (a full disk): the run stops, exit 1, resumable."""
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+def _fsync_write(path: Path, data: bytes) -> None:
+    """The one place run-directory files are written (tests inject a full disk here)."""
+    with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """``path`` holds the old bytes or the new ones, never a part; a failed write leaves no temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        _fsync_write(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def storage_problem(exc: OSError) -> str:
+    """``RUN_DIR/status.json: No space left on device``: the file and the system's reason, one line."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -119,9 +139,16 @@ class RunDir:
             if not overwrite:
                 raise ConfigError(f"--out {path}: {cls(path).describe_against(resolved, fingerprint)}; choose "
                                   f"another --out, continue it with --resume {path}, or pass --overwrite to replace it")
-        path.mkdir(parents=True, exist_ok=True)
+        made = not path.exists()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot create the run directory: {storage_problem(exc)}") from None
         rd = cls(path)
-        rd.lock.acquire()  # before anything is removed or written: a live writer keeps its directory
+        try:
+            rd.lock.acquire()  # before anything is removed or written: a live writer keeps its directory
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot write the run directory: {storage_problem(exc)}") from None
         try:
             for entry in path.iterdir():  # --overwrite's old run, or an earlier try's debris
                 if entry.is_dir() and not entry.is_symlink():
@@ -129,8 +156,12 @@ class RunDir:
                 elif entry.name != LOCK:
                     entry.unlink()
             rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
-        except BaseException:
+        except BaseException as exc:
             rd.lock.release()
+            if made:  # nothing of ours to keep: a retry finds no directory
+                shutil.rmtree(path, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise ConfigError(f"--out {path}: cannot write the run directory: {storage_problem(exc)}") from None
             raise
         return rd
 
@@ -223,6 +254,10 @@ class RunDir:
 
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
         tmp = self.path / f".{MODEL}.tmp-{os.getpid()}"
-        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "fedcore"})
-        os.replace(tmp, self.path / MODEL)
+        try:
+            save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "fedcore"})
+            os.replace(tmp, self.path / MODEL)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return self.path / MODEL

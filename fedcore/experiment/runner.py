@@ -6,6 +6,7 @@ built *before* the run directory is touched, so a bad config leaves nothing behi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import contextlib
 import copy
 import datetime as _dt
 import math
@@ -24,7 +25,7 @@ from fedcore.errors import ConfigError
 from fedcore.experiment.build import Materials, materialize, plan
 from fedcore.experiment.config import load_config
 from fedcore.experiment.progress import ProgressObserver, RunProgress, accuracy_key
-from fedcore.experiment.rundir import CONFIG, RunDir, is_run_dir, versions
+from fedcore.experiment.rundir import CONFIG, RunDir, RunStorageError, is_run_dir, storage_problem, versions
 from fedcore.pipeline import Pipeline
 
 
@@ -106,14 +107,26 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     else:
         rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
                            fingerprint=fp, overwrite=overwrite)
+    started: list[bool] = []  # set once the engine runs: a storage error then ends a run (exit 1), before a start (2)
     try:  # the directory's lock is held from here to the end of the run
-        return _run_locked(m, rd, resume=resume, progress=progress, stream=stream, on_round=on_round)
+        return _run_locked(m, rd, resume=resume, progress=progress, stream=stream, on_round=on_round,
+                           started=started)
+    except OSError as exc:  # a full disk, a read-only or vanished directory: one line, nothing half-written
+        problem = storage_problem(exc)
+        if not started:
+            if resume is None:
+                shutil.rmtree(rd.path, ignore_errors=True)  # a fresh run that never started leaves nothing
+            raise ConfigError(f"cannot write the run directory {rd.path}: {problem}") from None
+        with contextlib.suppress(OSError):  # on a full disk this may fail too: status then still says running
+            rd.write_status("failed", error=f"storage: {problem}")
+        raise RunStorageError(f"the run stopped: could not write {problem}; fix that (free space), then "
+                              f"fedcore run --resume {rd.path}") from None
     finally:
         rd.lock.release()
 
 
 def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress: str, stream: Any,
-                on_round: Callable[[dict[str, Any]], None] | None) -> Outcome:
+                on_round: Callable[[dict[str, Any]], None] | None, started: list[bool]) -> Outcome:
     resolved = m.resolved
     if resume is not None:
         if rd.status().get("state") == "finished":
@@ -163,6 +176,7 @@ def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress
     display.start(completed=start_round)
     if resumed_from:
         display.note(f"resumed from {resumed_from} ({start_round} rounds done)")
+    started.append(True)
     try:
         result = engine.run()
     except BaseException as exc:
@@ -170,8 +184,9 @@ def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress
         if resume is None and isinstance(exc, ConfigError) and not rd.rows():
             shutil.rmtree(rd.path, ignore_errors=True)  # refused at set-up (e.g. the partition): leave nothing
             raise
-        rd.write_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                        error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        if not isinstance(exc, OSError):  # a storage error writes its own status (run_experiment)
+            rd.write_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                            error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         raise
     finally:
         if tb is not None:

@@ -182,9 +182,16 @@ def _main(argv: Sequence[str]) -> int:
     """``python -m fedcore.experiment.sweep_run SWEEP_DIR CELL_DIR [PARENT_PID]``: one cell, for
     :func:`run_sweep`'s children."""
     directory, dirname = Path(argv[0]), argv[1]
+    from fedcore.experiment.termination import terminate_as_interrupt
+
+    terminate_as_interrupt()  # the parent-death signal (SIGTERM) leaves the cell interrupted, resumable
     if len(argv) > 2:
         die_with_parent(int(argv[2]))
-    result = run_cell(directory, _cell_by_dir(directory, dirname))
+    try:
+        result = run_cell(directory, _cell_by_dir(directory, dirname))
+    except KeyboardInterrupt:  # SIGTERM (the sweep died) or Ctrl-C: the cell says interrupted
+        print(f"fedcore sweep: cell {dirname}: interrupted", file=sys.stderr)
+        return 143
     if result.error:
         print(f"fedcore sweep: cell {dirname}: {result.error}", file=sys.stderr)
     return 0 if result.state in ("finished", "skipped") else 1
