@@ -49,7 +49,8 @@ def full_disk_on(monkeypatch, name, *, after=0):
     def write(path, data):
         if path.name.startswith(f".{name}.tmp-"):
             seen.append(path)
-            if len(seen) > after:
+            if len(seen) > after:  # as a real full disk: the file is created, part of it written
+                path.write_bytes(data[:1])
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data)
 
