@@ -115,6 +115,18 @@ def versions() -> dict[str, Any]:
     return out
 
 
+def version_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``torch 2.3.0 -> 2.4.1``, ``plugin lora 0.1.0 -> (absent)``: what differs in fedcore, torch and the
+    plugins between two :func:`versions` records (Python, numpy and the platform are recorded, not compared)."""
+    changes = [f"{k} {before.get(k)} -> {now.get(k)}" for k in ("fedcore", "torch") if before.get(k) != now.get(k)]
+    old_plugins, new_plugins = before.get("plugins") or {}, now.get("plugins") or {}
+    for name in sorted(set(old_plugins) | set(new_plugins)):
+        a, b = (old_plugins.get(name) or {}).get("version"), (new_plugins.get(name) or {}).get("version")
+        if a != b:
+            changes.append(f"plugin {name} {a or '(absent)'} -> {b or '(absent)'}")
+    return changes
+
+
 class RunDir:
     """One run's directory. Create with :meth:`create` (a new run) or :meth:`for_resume`."""
 
@@ -223,6 +235,12 @@ class RunDir:
     def write_config(self, resolved: Mapping[str, Any]) -> None:
         header = "# Resolved by fedcore: every default filled in. `fedcore run` on this file repeats the run.\n"
         atomic_write(self.path / CONFIG, (header + tomli_w.dumps(dict(resolved))).encode())
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return {}
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
         text = json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n"

@@ -25,7 +25,8 @@ from fedcore.errors import ConfigError
 from fedcore.experiment.build import Materials, materialize, plan
 from fedcore.experiment.config import load_config
 from fedcore.experiment.progress import ProgressObserver, RunProgress, accuracy_key
-from fedcore.experiment.rundir import CONFIG, RunDir, RunStorageError, is_run_dir, storage_problem, versions
+from fedcore.experiment.rundir import (CONFIG, RunDir, RunStorageError, is_run_dir, storage_problem, version_changes,
+                                      versions)
 from fedcore.pipeline import Pipeline
 
 
@@ -99,8 +100,11 @@ class Outcome:
 
 def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str | Path | None = None,
                    overwrite: bool = False, progress: str = "auto", stream: Any = None,
-                   on_round: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
-    """Run (or resume) ``m`` into a run directory and return where it is and its rows."""
+                   on_round: Callable[[dict[str, Any]], None] | None = None, strict_versions: bool = False
+                   ) -> Outcome:
+    """Run (or resume) ``m`` into a run directory and return where it is and its rows. A resume with other
+    fedcore, torch or plugin versions than the run's last segment warns in one line (``strict_versions``:
+    refuses); every segment's versions are appended to ``manifest.json``'s ``segments``."""
     resolved, fp = m.resolved, m.plan.fingerprint
     if resume is not None:
         rd = RunDir.for_resume(resume, fingerprint=fp, resolved=resolved)
@@ -110,7 +114,7 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     started: list[bool] = []  # set once the engine runs: a storage error then ends a run (exit 1), before a start (2)
     try:  # the directory's lock is held from here to the end of the run
         return _run_locked(m, rd, resume=resume, progress=progress, stream=stream, on_round=on_round,
-                           started=started)
+                           started=started, strict_versions=strict_versions)
     except OSError as exc:  # a full disk, a read-only or vanished directory: one line, nothing half-written
         problem = storage_problem(exc)
         if not started:
@@ -125,13 +129,31 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
         rd.lock.release()
 
 
+def _earlier_segments(rd: RunDir) -> list[dict[str, Any]]:
+    """The segments (one per start or resume) the run directory's manifest records; a manifest written before
+    segments were recorded is its own first segment."""
+    old = rd.manifest()
+    return list(old.get("segments") or [{"from_round": 0, "started": old.get("written"),
+                                          "versions": old.get("versions") or {}, "command": old.get("command"),
+                                          "resumed_from": old.get("resumed_from")}])
+
+
 def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress: str, stream: Any,
-                on_round: Callable[[dict[str, Any]], None] | None, started: list[bool]) -> Outcome:
+                on_round: Callable[[dict[str, Any]], None] | None, started: list[bool],
+                strict_versions: bool) -> Outcome:
     resolved = m.resolved
     if resume is not None:
         if rd.status().get("state") == "finished":
             return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished",
                            stopped=rd.status().get("stopped"))
+        changes = version_changes(_earlier_segments(rd)[-1]["versions"], versions()) if rd.manifest() else []
+        if changes and strict_versions:
+            raise ConfigError(f"--resume {rd.path} --strict-versions: the run's earlier rounds ran with other "
+                              f"versions ({'; '.join(changes)}); resume without --strict-versions to continue "
+                              f"with these")
+        if changes:
+            print(f"fedcore: warning: resuming {rd.path} with other versions than its earlier rounds: "
+                  f"{'; '.join(changes)} (each segment's versions are kept in manifest.json)", file=sys.stderr)
     else:
         rd.write_config(resolved)
     cfg = m.plan.config
@@ -152,6 +174,9 @@ def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress
     observer = ProgressObserver(display if display.mode != "none" else None)
     running = Pipeline([observer, *given])
     written = manifest(m, user_pipeline, resumed_from=resumed_from)
+    written["segments"] = [*(_earlier_segments(rd) if resume is not None and rd.manifest() else ()),
+                           {"from_round": start_round, "started": written["written"], "versions": written["versions"],
+                            "command": written["command"], "resumed_from": resumed_from}]
     rd.write_manifest(written)
     tb = TensorBoardLog(rd.tensorboard, purge_step=start_round + 1 if resume is not None else None) \
         if cfg["output"]["tensorboard"] else None
