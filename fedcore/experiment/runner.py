@@ -25,8 +25,15 @@ from fedcore.errors import ConfigError
 from fedcore.experiment.build import Materials, materialize, plan
 from fedcore.experiment.config import load_config
 from fedcore.experiment.progress import ProgressObserver, RunProgress, accuracy_key
-from fedcore.experiment.rundir import (CONFIG, RunDir, RunStorageError, is_run_dir, storage_problem, version_changes,
-                                      versions)
+from fedcore.experiment.rundir import (
+    CONFIG,
+    RunDir,
+    RunStorageError,
+    is_run_dir,
+    storage_problem,
+    version_changes,
+    versions,
+)
 from fedcore.pipeline import Pipeline
 
 
