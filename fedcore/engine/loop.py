@@ -67,6 +67,7 @@ class Engine:
         self.clock = adapt_clock(spec.clock)
         self.faults = spec.faults
         self.eval_every = spec.eval_every
+        self.update_norm_bound = spec.update_norm_bound
         self.profiles = spec.client_profiles()
         self.on_round = spec.on_round
         self.checkpoint = spec.checkpoint  # a fedcore.engine.checkpoint.Checkpointer: saves rounds, resumes a run

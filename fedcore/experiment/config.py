@@ -95,6 +95,8 @@ TOP_LEVEL: dict[str, Key] = {
     "rounds": Key(kind=(int,), low=1, help="number of aggregations"),
     "num_clients": Key(kind=(int,), low=1, help="number of clients"),
     "eval_every": Key(kind=(int,), default=1, low=1, help="evaluate every k rounds (and after the last)"),
+    "update_norm_bound": Key(kind=(int, float), default=100.0, low=0, help="reject a client update whose delta norm "
+                             "is more than this many times the round's median (0 = off)"),
     "threads": Key(kind=(int,), default=1, low=0, help="torch threads in this process (1 suits micro models; "
                                                       "0 = torch's default)"),
     "device": Key(kind=(str,), default="cpu", help="where the run computes: \"auto\", \"cpu\", \"cuda\", "
