@@ -279,14 +279,47 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def latest_good(root: str | Path) -> tuple[Path | None, dict | None, dict | None, list[str]]:
-    """The newest checkpoint that verifies: ``(path, state, tensors, problems_with_newer_ones)``."""
+def content_problem(state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+                    model: torch.nn.Module | None = None) -> str | None:
+    """Why a checkpoint whose checksums verify must still not be loaded, or ``None``: its history must hold one row
+    per aggregation it records (rounds 0..n-1), and its global model must fit ``model`` (every entry both have:
+    same shape, and a floating dtype where the model's is floating; a precision change is a component's right) and
+    be finite. Checksums only say the files are what was written; a checkpoint written
+    by a broken run (a NaN weight) or edited with recomputed checksums is caught here, before anything loads."""
+    history = state.get("history") or []
+    done = int(state["server"]["version"])
+    if [r.get("round") for r in history] != list(range(done)):
+        return f"its history has {len(history)} rows but the checkpoint is of {done} aggregations"
+    saved = decode(state["server"]["model"], tensors)
+    own = model.state_dict() if model is not None else {}
+    for name in sorted(saved):
+        value = saved[name]
+        if not isinstance(value, torch.Tensor):
+            continue
+        mine = own.get(name)
+        if mine is not None and mine.shape != value.shape:
+            return f"global model entry {name!r} has shape {tuple(value.shape)}, the model has {tuple(mine.shape)}"
+        if mine is not None and mine.dtype.is_floating_point != value.dtype.is_floating_point:
+            return f"global model entry {name!r} has dtype {value.dtype}, the model has {mine.dtype}"
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"global model entry {name!r} has NaN or infinite values"
+    return None
+
+
+def latest_good(root: str | Path, model: torch.nn.Module | None = None
+                ) -> tuple[Path | None, dict | None, dict | None, list[str]]:
+    """The newest checkpoint that verifies and whose content fits ``model`` (:func:`content_problem`):
+    ``(path, state, tensors, problems_with_newer_ones)``."""
     problems: list[str] = []
     for path in reversed(list_checkpoints(root)):
         try:
             state, tensors = read_checkpoint(path)
-        except (CheckpointError, OSError, ValueError, KeyError) as exc:
+            problem = content_problem(state, tensors, model)
+        except (CheckpointError, OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(str(exc) if isinstance(exc, CheckpointError) else f"{path.name}: unreadable ({exc})")
+            continue
+        if problem is not None:
+            problems.append(f"{path.name}: {problem}")
             continue
         return path, state, tensors, problems
     return None, None, None, problems
@@ -304,7 +337,7 @@ class Checkpointer:
     """
 
     def __init__(self, root: str | Path, *, every: int = 1, keep: int = 2, resume: bool = False,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, model: torch.nn.Module | None = None) -> None:
         if every < 0:
             raise ValueError(f"checkpoint every={every}; must be >= 0 (0 = never)")
         if keep < 1:
@@ -312,6 +345,7 @@ class Checkpointer:
         self.root = Path(root)
         self.every, self.keep, self.resume = every, keep, resume
         self.report = report or (lambda line: log.warning("%s", line))
+        self.model = model  # checkpoints are checked against it before one is chosen (content_problem)
         self._loaded: tuple[Path | None, dict | None, dict | None] | None = None
         self._pending_model: dict | None = None
         for leftover in self.root.glob(".tmp-round-*") if self.root.is_dir() else ():
@@ -320,7 +354,7 @@ class Checkpointer:
     def load(self) -> tuple[Path | None, dict | None]:
         """Find (once) the checkpoint a resume starts from; reports every corrupt one it skips."""
         if self._loaded is None:
-            path, state, tensors, problems = latest_good(self.root)
+            path, state, tensors, problems = latest_good(self.root, self.model)
             for p in problems:
                 self.report(f"checkpoint skipped: {p}")
             if problems and path is not None:
@@ -341,6 +375,10 @@ class Checkpointer:
             self.report("no usable checkpoint; starting from round 0")
             return None
         assert state is not None and self._loaded is not None and self._loaded[2] is not None
+        if self.model is None:  # not given at construction: the content is checked against the engine's model now
+            problem = content_problem(state, self._loaded[2], engine.run_ctx.server.model)
+            if problem is not None:
+                raise CheckpointError(f"{path.name}: {problem}")
         point, self._pending_model = restore(engine, state, self._loaded[2])
         self._loaded = (path, state, None)  # the tensors now live in the engine
         return point

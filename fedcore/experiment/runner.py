@@ -166,7 +166,7 @@ def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress
     cfg = m.plan.config
     display = RunProgress(name=resolved["name"], rounds=cfg["rounds"], mode=progress, stream=stream)
     checkpointer = Checkpointer(rd.checkpoints, every=cfg["checkpoint"]["every"], keep=cfg["checkpoint"]["keep"],
-                                resume=resume is not None, report=display.note)
+                                resume=resume is not None, report=display.note, model=m.model)
     resumed_from = None
     start_round = 0
     if resume is not None:
