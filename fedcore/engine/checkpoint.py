@@ -7,6 +7,11 @@ A checkpoint is taken at a round boundary (after an aggregation) and is a direct
       state.json            everything else; tensors appear as {"__tensor__": key} references
       state.json.sha256     checksum of state.json, which records the checksum of tensors.safetensors
 
+The history rows and the network ledger grow with the run, so they are not embedded: each is an append-only
+journal next to the checkpoints (``history.jsonl``, ``ledger.jsonl``), written before the checkpoint, and a
+checkpoint records how many lines of each it covers and their running sha256. A checkpoint therefore costs the
+same at round 10 and at round 10,000; a resume verifies the prefix it needs and cuts the journal back to it.
+
 It is built in a temporary directory and moved into place with ``os.replace``, so a kill leaves
 either the previous checkpoints or the new one, never half of one. Nothing is unpickled on load:
 tensors come from safetensors, the rest from JSON. A checkpoint whose checksums do not match is
@@ -73,6 +78,63 @@ def _partition_digest(engine: Engine) -> str:
     text = json.dumps([[list(p) for p in part.train], None if part.test is None else [list(p) for p in part.test]]) \
         if part else "null"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+JOURNALS = {"history": "history.jsonl", "ledger": "ledger.jsonl"}
+"""State entries kept as append-only journals beside the checkpoints, not inside them."""
+
+
+class Journal:
+    """An append-only JSON-lines file whose running sha256 a checkpoint records with its line count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self._hash = hashlib.sha256()
+        self._fresh = True
+
+    def append(self, rows: list[Any]) -> dict[str, Any]:
+        """Write ``rows[count:]`` (the rows since the last call), fsynced; the reference a checkpoint keeps."""
+        if self._fresh:  # a new run (or the first checkpoint after a resume cut it back): start from what we know
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.count == 0:
+                self.path.write_bytes(b"")
+            self._fresh = False
+        new = rows[self.count:]
+        if new:
+            data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in new).encode()
+            with open(self.path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            self._hash.update(data)
+            self.count = len(rows)
+        return {"file": self.path.name, "rows": self.count, "sha256": self._hash.hexdigest()}
+
+    def read(self, ref: Mapping[str, Any], where: str) -> list[Any]:
+        """The first ``ref["rows"]`` lines, verified against ``ref["sha256"]`` (a CheckpointError if not)."""
+        want = int(ref["rows"])
+        try:
+            with open(self.path, "rb") as f:
+                lines = [f.readline() for _ in range(want)]
+        except OSError as exc:
+            raise CheckpointError(f"{where}: {self.path.name} unreadable ({exc})") from None
+        if (want and not lines[-1].endswith(b"\n")) or hashlib.sha256(b"".join(lines)).hexdigest() != ref["sha256"]:
+            got = sum(1 for line in lines if line.endswith(b"\n"))
+            raise CheckpointError(f"{where}: its {self.path.stem} has {got} rows in {self.path.name} that match "
+                                  f"its checksum, not the {want} it records")
+        return [json.loads(line) for line in lines]
+
+    def cut_to(self, ref: Mapping[str, Any]) -> None:
+        """Resume from a checkpoint: the journal keeps exactly the lines that checkpoint covers."""
+        want = int(ref["rows"])
+        with open(self.path, "rb") as f:
+            data = b"".join(f.readline() for _ in range(want))
+        with open(self.path, "r+b") as f:
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+        self.count, self._hash, self._fresh = want, hashlib.sha256(data), False
 
 
 # -- engine state ------------------------------------------------------------------------------------------
@@ -306,7 +368,7 @@ def content_problem(state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor
     return None
 
 
-def latest_good(root: str | Path, model: torch.nn.Module | None = None
+def latest_good(root: str | Path, model: torch.nn.Module | None = None, journals: Mapping[str, Journal] | None = None
                 ) -> tuple[Path | None, dict | None, dict | None, list[str]]:
     """The newest checkpoint that verifies and whose content fits ``model`` (:func:`content_problem`):
     ``(path, state, tensors, problems_with_newer_ones)``."""
@@ -314,6 +376,12 @@ def latest_good(root: str | Path, model: torch.nn.Module | None = None
     for path in reversed(list_checkpoints(root)):
         try:
             state, tensors = read_checkpoint(path)
+            for key, name in JOURNALS.items():  # journal references -> the rows, verified
+                ref = state.pop(key + "_journal", None)
+                if ref is not None:
+                    journal = (journals or {}).get(key) or Journal(Path(root) / name)
+                    state[key] = journal.read(ref, path.name)
+                    state[key + "_journal"] = ref
             problem = content_problem(state, tensors, model)
         except (CheckpointError, OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(str(exc) if isinstance(exc, CheckpointError) else f"{path.name}: unreadable ({exc})")
@@ -346,6 +414,7 @@ class Checkpointer:
         self.every, self.keep, self.resume = every, keep, resume
         self.report = report or (lambda line: log.warning("%s", line))
         self.model = model  # checkpoints are checked against it before one is chosen (content_problem)
+        self.journals = {key: Journal(self.root / name) for key, name in JOURNALS.items()}
         self._loaded: tuple[Path | None, dict | None, dict | None] | None = None
         self._pending_model: dict | None = None
         for leftover in self.root.glob(".tmp-round-*") if self.root.is_dir() else ():
@@ -354,7 +423,7 @@ class Checkpointer:
     def load(self) -> tuple[Path | None, dict | None]:
         """Find (once) the checkpoint a resume starts from; reports every corrupt one it skips."""
         if self._loaded is None:
-            path, state, tensors, problems = latest_good(self.root, self.model)
+            path, state, tensors, problems = latest_good(self.root, self.model, self.journals)
             for p in problems:
                 self.report(f"checkpoint skipped: {p}")
             if problems and path is not None:
@@ -379,6 +448,9 @@ class Checkpointer:
             problem = content_problem(state, self._loaded[2], engine.run_ctx.server.model)
             if problem is not None:
                 raise CheckpointError(f"{path.name}: {problem}")
+        for key, journal in self.journals.items():
+            if key + "_journal" in state:
+                journal.cut_to(state[key + "_journal"])
         point, self._pending_model = restore(engine, state, self._loaded[2])
         self._loaded = (path, state, None)  # the tensors now live in the engine
         return point
@@ -394,6 +466,8 @@ class Checkpointer:
         if self.every == 0 or (done % self.every and done != run.rounds):
             return None
         state, tensors = snapshot(engine, wall_s=wall_s)
+        for key, journal in self.journals.items():  # the journals first: a checkpoint never refers past them
+            state[key + "_journal"] = journal.append(state.pop(key))
         path = write_checkpoint(self.root, state, tensors)
         for old in list_checkpoints(self.root)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)

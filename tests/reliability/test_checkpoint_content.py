@@ -7,7 +7,11 @@ import math
 import attrs
 from battery import comparable, rows_of, status_of
 import pytest
-from test_storage import crashed_at, reference, resume  # noqa: F401 - the fixture and helpers of the storage cases
+from test_storage import (
+    crashed_at,
+    reference,  # noqa: F401 - the storage cases' fixture, used by name
+    resume,
+)
 import torch
 
 import fedcore
@@ -31,25 +35,29 @@ def _changed_shape(state, tensors):
 
 
 def _cut_history(state, tensors):
-    state["history"] = state["history"][:-1]
+    """The history journal (checkpoints/history.jsonl) loses its last row: the newest checkpoint is not covered."""
+    journal = state["_root"] / state["history_journal"]["file"]
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:state["history_journal"]["rows"] - 1]))
+    return False
 
 
 EDITS = {"nan-weight": (_nan_weight, "NaN or infinite"), "shape": (_changed_shape, "has shape"),
-         "cut-history": (_cut_history, "history has")}
+         "cut-history": (_cut_history, "not the")}
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_a_checkpoint_with_good_checksums_but_bad_content_is_skipped_and_the_resume_is_exact(tmp_path, capsys,
-                                                                                            reference, edit):
+                                                                                            reference, edit):  # noqa: F811
     config, expected = reference
     run_dir = tmp_path / "run"
     crashed_at(config, run_dir, 3)
     newest, previous = list_checkpoints(run_dir / "checkpoints")[-2:][::-1]
     state, tensors = read_checkpoint(newest)
     change, why = EDITS[edit]
-    change(state, tensors)
-    write_checkpoint(run_dir / "checkpoints", state, dict(tensors))  # checksums recomputed: they verify
-    read_checkpoint(newest)
+    if change({**state, "_root": run_dir / "checkpoints"}, tensors) is not False:
+        write_checkpoint(run_dir / "checkpoints", state, dict(tensors))  # checksums recomputed: they verify
+        read_checkpoint(newest)
     err = resume(run_dir, capsys)
     skipped = [line for line in err.splitlines() if "checkpoint skipped" in line]
     assert len(skipped) == 1 and newest.name in skipped[0] and why in skipped[0], err
@@ -83,3 +91,23 @@ def test_a_run_whose_rounds_are_all_rejected_from_some_point_on_fails():
     assert healthy.history.failure() is None
     one_bad = run_tiny_pipeline([PoisonFrom(start=3), UniformSync(fraction=1.0), FedAvg()], rounds=4)
     assert one_bad.history.failure() is None  # a single refused last round is reported in its row, not a failure
+
+
+def test_a_checkpoint_references_the_history_and_ledger_journals_instead_of_embedding_them(tmp_path):
+    """Item 8: state.json holds line counts and checksums of checkpoints/history.jsonl and ledger.jsonl, so its size
+    does not grow with the rounds (benchmarks/checkpoint_history.py measures it at 10^4 rounds)."""
+    import json
+
+    from fedcore.engine.checkpoint import JOURNALS, STATE, Checkpointer
+
+    result = run_tiny_pipeline([PoisonFrom(start=99), UniformSync(fraction=1.0), FedAvg()], rounds=5,
+                               checkpoint=Checkpointer(tmp_path, every=1, keep=5))
+    sizes = []
+    for n, path in enumerate(list_checkpoints(tmp_path), start=1):
+        state = json.loads((path / STATE).read_text())
+        assert "history" not in state and "ledger" not in state
+        assert state["history_journal"]["rows"] == n
+        assert state["ledger_journal"]["rows"] == len(result.ledger.rows) * n // 5
+        sizes.append(len(json.dumps({k: v for k, v in state.items() if k not in ("wall_s",)})))
+    assert max(sizes) - min(sizes) < 64  # digits of counters may grow; rows may not
+    assert len((tmp_path / JOURNALS["history"]).read_text().splitlines()) == 5

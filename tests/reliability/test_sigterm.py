@@ -23,7 +23,7 @@ def test_sigterm_leaves_an_interrupted_resumable_run(tmp_path, capsys):
     _, err = proc.communicate(timeout=120)
     status = status_of(run_dir)
     assert proc.returncode == 143 and err.strip().splitlines() == [
-        f"fedcore: terminated (SIGTERM); continue with fedcore run --resume RUN_DIR"], err
+        "fedcore: terminated (SIGTERM); continue with fedcore run --resume RUN_DIR"], err
     assert status["state"] == "interrupted" and status["pid"] == proc.pid and len(rows_of(run_dir)) < ROUNDS
     resumed = fedcore("run", "--resume", str(run_dir), "--progress", "none")
     assert resumed.returncode == 0, resumed.stderr
