@@ -93,8 +93,9 @@ class Journal:
         self._hash = hashlib.sha256()
         self._fresh = True
 
-    def append(self, rows: list[Any]) -> dict[str, Any]:
-        """Write ``rows[count:]`` (the rows since the last call), fsynced; the reference a checkpoint keeps."""
+    def append(self, rows: list[Any], plain: Callable[[Any], Any] = lambda row: row) -> dict[str, Any]:
+        """Write ``plain(row)`` of ``rows[count:]`` (the rows since the last call), fsynced: only the new rows are
+        touched, so the cost does not grow with the run. Returns the reference a checkpoint keeps."""
         if self._fresh:  # a new run (or the first checkpoint after a resume cut it back): start from what we know
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.count == 0:
@@ -102,7 +103,7 @@ class Journal:
             self._fresh = False
         new = rows[self.count:]
         if new:
-            data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in new).encode()
+            data = "".join(json.dumps(plain(r), sort_keys=True) + "\n" for r in new).encode()
             with open(self.path, "ab") as f:
                 f.write(data)
                 f.flush()
@@ -148,8 +149,10 @@ class ResumePoint:
     wall_s: float
 
 
-def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The engine's state at a round boundary as ``(json_state, tensors)``."""
+def snapshot(engine: Engine, *, wall_s: float, journaled: bool = False
+             ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The engine's state at a round boundary as ``(json_state, tensors)``; ``journaled``: without the history
+    and the ledger (the :class:`Checkpointer` keeps them in journals)."""
     run = engine.run_ctx
     server = run.server
     tensors: dict[str, torch.Tensor] = {}
@@ -180,13 +183,14 @@ def snapshot(engine: Engine, *, wall_s: float) -> tuple[dict[str, Any], dict[str
         "clients": clients,
         "run": {"stash": encode_stash(run.stash, "run/stash", tensors),
                 "settings": encode(dict(run.settings), "run/settings", tensors)},
-        "ledger": run.ledger.to_rows(),
-        "history": list(engine.history.rows),
+
         "runtime": encode(runtime, "runtime", tensors),
         "rng": {"torch": encode(torch.get_rng_state(), "rng/torch", tensors),
                 "numpy": encode(np.random.get_state(), "rng/numpy", tensors),
                 "python": encode(random.getstate(), "rng/python", tensors)},
     }
+    if not journaled:
+        state["ledger"], state["history"] = run.ledger.to_rows(), list(engine.history.rows)
     return state, tensors
 
 
@@ -465,9 +469,10 @@ class Checkpointer:
         done = run.server.version
         if self.every == 0 or (done % self.every and done != run.rounds):
             return None
-        state, tensors = snapshot(engine, wall_s=wall_s)
-        for key, journal in self.journals.items():  # the journals first: a checkpoint never refers past them
-            state[key + "_journal"] = journal.append(state.pop(key))
+        state, tensors = snapshot(engine, wall_s=wall_s, journaled=bool(self.journals))
+        if self.journals:  # the journals first: a checkpoint never refers past them
+            state["history_journal"] = self.journals["history"].append(engine.history.rows)
+            state["ledger_journal"] = self.journals["ledger"].append(run.ledger.rows, attrs.asdict)
         path = write_checkpoint(self.root, state, tensors)
         for old in list_checkpoints(self.root)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
