@@ -1,6 +1,6 @@
 """The ``fedcore`` command.
 
-    fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR] [--overwrite]
+    fedcore run CONFIG.toml [--set key=value ...] [--out DIR] [--resume DIR [--strict-versions]] [--overwrite]
     fedcore run CONFIG.toml --dry-run [--json] [--round N]     (the same as fedcore plan)
     fedcore run CONFIG.toml --smoke [--device cuda] [--precision bf16] [--batch N] [--classes N]
     fedcore plan CONFIG.toml [--set key=value ...] [--json] [--round N]
@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", metavar="DIR", help="run directory (default: runs/<name>, numbered if taken)")
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last good checkpoint")
     run.add_argument("--overwrite", action="store_true", help="replace the run that --out already holds")
+    run.add_argument("--strict-versions", action="store_true",
+                     help="with --resume: refuse when fedcore, torch or a plugin has another version than the run's "
+                          "earlier rounds (default: a one-line warning; manifest.json keeps each segment's versions)")
     run.add_argument("--progress", choices=("auto", "rich", "plain", "none"), default="auto",
                      help="live display (rich), one line per round (plain), or nothing; auto picks by terminal")
     run.add_argument("--report", action="store_true", help="write the report (table and plots) when the run ends")
@@ -206,9 +209,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--resume continues the run in its own directory; drop --out")
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other")
+    if args.strict_versions and not args.resume:
+        raise ConfigError("--strict-versions goes with --resume")
     materials = prepare(args.config, args.sets, resume=args.resume)
     outcome = run_experiment(materials, out=args.out, resume=args.resume, overwrite=args.overwrite,
-                             progress=args.progress)
+                             progress=args.progress, strict_versions=args.strict_versions)
     rows = outcome.rows
     if outcome.state == "failed":
         print(f"fedcore: error: the run failed: {outcome.error}", file=sys.stderr)
@@ -499,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    from fedcore.experiment.termination import Terminated, terminate_as_interrupt
+
+    terminate_as_interrupt()  # SIGTERM ends a run as Ctrl-C does: state interrupted, resumable
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
@@ -510,9 +518,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:  # a library imported where a component builds or runs (docs/plugins.md) is missing
         print(f"fedcore: error: {_missing_library(exc)}", file=sys.stderr)
         return EXIT_FAILED
+    except Terminated:
+        print("fedcore: terminated (SIGTERM); continue with fedcore run --resume RUN_DIR", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fedcore: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file fedcore had to read or write (the run directory's are worded where they fail)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fedcore: error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # `fedcore describe X | head`: the reader left; say nothing more
         import os
 

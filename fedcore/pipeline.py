@@ -385,7 +385,8 @@ class Pipeline:
     def run(self, *, model: Any, train: Any, test: Any = None, num_clients: int, rounds: int, seed: int = 0,
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
             out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None,
-            device: Any = None, precision: str = "fp32", client_metrics: bool = False) -> RunResult:
+            device: Any = None, precision: str = "fp32", client_metrics: bool = False,
+            update_norm_bound: float = 100.0) -> RunResult:
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device
@@ -405,7 +406,7 @@ class Pipeline:
         spec = RunSpec(model=model, train=train, test=test, num_clients=num_clients, rounds=rounds, seed=seed,
                        eval_every=eval_every, executor=executor, clock=clock, profiles=profiles, out_dir=out_dir,
                        on_round=on_round, faults=faults, checkpoint=checkpoint, device=device, precision=precision,
-                       client_metrics=client_metrics)
+                       client_metrics=client_metrics, update_norm_bound=update_norm_bound)
         return Engine(self, spec).run()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 import inspect
+import math
 from typing import Any, TypeVar
 
 import attrs
@@ -47,6 +48,10 @@ def setting(default: Any = attrs.NOTHING, *, kind: type | tuple[type, ...] | Non
             if not ok:
                 allowed = " or ".join(k.__name__ for k in kinds)
                 raise ConfigError(f"{name}={value!r} has type {type(value).__name__}; expected {allowed}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}={value!r} is not a finite number; {_range_text(low, high, low_open, high_open)}")
+        if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+            raise ConfigError(f"{name}={value!r} is out of range; integers must fit in 64 bits")
         if choices is not None and value not in choices:
             raise ConfigError(f"{name}={value!r} is not allowed; choose one of: {', '.join(map(repr, choices))}")
         if low is not None and (value < low or (low_open and value == low)):
@@ -57,6 +62,14 @@ def setting(default: Any = attrs.NOTHING, *, kind: type | tuple[type, ...] | Non
     meta = {"help": help, "kind": kind, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "optional": optional}
     return attrs.field(default=default, converter=_converter(single), validator=validate, metadata=meta)
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    text = allowed_text({"low": low, "high": high, "low_open": low_open, "high_open": high_open})
+    return f"must be {text}" if text else "give a finite value"
 
 
 def allowed_text(meta: Mapping[str, Any]) -> str:

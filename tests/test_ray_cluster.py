@@ -21,9 +21,7 @@ import textwrap
 import pytest
 import torch
 
-from fedcore.builtin import AsyncSchedule
 from fedcore.errors import ConfigError
-from fedcore.testing import ContractFixture, run_tiny_pipeline
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -76,26 +74,58 @@ def test_bind_must_be_an_address_or_auto():
         RayExecutor(bind="everywhere")
 
 
-def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(ray_cluster):
-    sockets = []
+SWEEP = """
+name = "tiny"
+rounds = 1
+num_clients = 2
+dataset = { name = "synthetic", n = 40, n_test = 20 }
+model = { name = "tiny-mlp", hidden = 8 }
+[pipeline]
+partition = "iid"
+local_update = { name = "sgd", lr = 0.05 }
+[sweep]
+seeds = 1
+"""
 
-    def listening(row):
-        if sockets:
-            return
-        me = psutil.Process()
-        for proc in [me, *me.children(recursive=True)]:  # the cluster's servers, its workers and our actors
-            try:
-                conns = proc.net_connections(kind="inet")
-                name = proc.name()
-            except psutil.Error:
-                continue
-            sockets.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
-                           for c in conns if c.status == psutil.CONN_LISTEN)
 
-    run_tiny_pipeline([AsyncSchedule(concurrency=3)], rounds=2, fixture=ContractFixture(num_clients=4),
-                      executor=RayExecutor(num_workers=2), on_round=listening)
-    processes = {s["process"] for s in sockets}
-    assert {"gcs_server", "raylet"} <= processes, sockets  # Ray's servers were seen while the run was going
+@pytest.mark.integration
+@pytest.mark.xdist_group("ray")  # its own cluster in a child: not beside the run's shared one
+def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(tmp_path):
+    """One Ray cluster for both paths: ``fedcore sweep --ray`` starts it (``run_sweep(ray=True)``, the path that
+    once called ``ray.init`` on every interface), its sockets are listed; the Ray executor's run then joins it and
+    the sockets are listed again while that run trains. Both start Ray through ``ray_cluster.init_ray``."""
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    code = JOB + f"""
+import psutil
+from fedcore.engine.ray_executor import RayExecutor
+from fedcore.experiment import run_sweep
+seen = []
+def sockets(where):
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            conns = proc.net_connections(kind="inet")
+            name = proc.name()
+        except psutil.Error:
+            continue
+        seen.extend({{"where": where, "process": name, "address": c.laddr.ip, "port": c.laddr.port}}
+                    for c in conns if c.status == psutil.CONN_LISTEN)
+swept = run_sweep({str(tmp_path / "sweep.toml")!r}, out={str(tmp_path / "swept")!r}, ray=True, jobs=1)
+assert [c.state for c in swept.cells] == ["finished"], swept.cells
+sockets("sweep")
+listed = []
+def listening(row):
+    if not listed:
+        listed.append(sockets("executor"))
+run_tiny_pipeline([SCHEDULES["async"]()], rounds=2, fixture=ContractFixture(num_clients=4),
+                  executor=RayExecutor(num_workers=1, shutdown_on_close=True), on_round=listening)
+print("SOCKETS" + json.dumps(seen))
+"""
+    out = run_child(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sockets = json.loads(out.stdout.split("SOCKETS", 1)[1])
+    for where in ("sweep", "executor"):  # Ray's servers were seen on each path while it was running
+        assert {"gcs_server", "raylet"} <= {s["process"] for s in sockets if s["where"] == where}, sockets
     exposed = [s for s in sockets if not loopback(s["address"])]
     assert exposed == [], f"Ray sockets outside 127.0.0.0/8: {exposed}"
 

@@ -2,6 +2,7 @@
 Flower Datasets' ``InnerDirichletPartitioner`` (FedDyn, Acar et al. 2021)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 import warnings
 
@@ -19,11 +20,13 @@ from fedcore.types import Partition
 def _alpha(value: Any) -> float | tuple[float, ...]:
     if isinstance(value, (list, tuple)):
         values = tuple(value)
-        if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-            raise ConfigError(f"InnerDirichletPartition.alpha={list(values)!r}; every value must be a number > 0")
+        if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
+                                 for v in values):
+            raise ConfigError(f"InnerDirichletPartition.alpha={list(values)!r}; every value must be a finite "
+                              f"number > 0")
         return tuple(float(v) for v in values)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"InnerDirichletPartition.alpha={value!r}; must be a number > 0, or one per class")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"InnerDirichletPartition.alpha={value!r}; must be a finite number > 0, or one per class")
     return float(value)
 
 
@@ -31,7 +34,7 @@ def _sizes(value: Any) -> tuple[int, ...] | None:
     if value is None:
         return None
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in values):
         raise ConfigError(f"InnerDirichletPartition.partition_sizes={value!r}; expected a list of sample counts >= 0")
     return tuple(int(v) for v in values)
 

@@ -7,6 +7,11 @@ A checkpoint is taken at a round boundary (after an aggregation) and is a direct
       state.json            everything else; tensors appear as {"__tensor__": key} references
       state.json.sha256     checksum of state.json, which records the checksum of tensors.safetensors
 
+The history rows and the network ledger grow with the run, so they are not embedded: each is an append-only
+journal next to the checkpoints (``history.jsonl``, ``ledger.jsonl``), written before the checkpoint, and a
+checkpoint records how many lines of each it covers and their running sha256. A checkpoint therefore costs the
+same at round 10 and at round 10,000; a resume verifies the prefix it needs and cuts the journal back to it.
+
 It is built in a temporary directory and moved into place with ``os.replace``, so a kill leaves
 either the previous checkpoints or the new one, never half of one. Nothing is unpickled on load:
 tensors come from safetensors, the rest from JSON. A checkpoint whose checksums do not match is
@@ -77,6 +82,64 @@ def _partition_digest(run: RunContext) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+JOURNALS = {"history": "history.jsonl", "ledger": "ledger.jsonl"}
+"""State entries kept as append-only journals beside the checkpoints, not inside them."""
+
+
+class Journal:
+    """An append-only JSON-lines file whose running sha256 a checkpoint records with its line count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self._hash = hashlib.sha256()
+        self._fresh = True
+
+    def append(self, rows: list[Any], plain: Callable[[Any], Any] = lambda row: row) -> dict[str, Any]:
+        """Write ``plain(row)`` of ``rows[count:]`` (the rows since the last call), fsynced: only the new rows are
+        touched, so the cost does not grow with the run. Returns the reference a checkpoint keeps."""
+        if self._fresh:  # a new run (or the first checkpoint after a resume cut it back): start from what we know
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.count == 0:
+                self.path.write_bytes(b"")
+            self._fresh = False
+        new = rows[self.count:]
+        if new:
+            data = "".join(json.dumps(plain(r), sort_keys=True) + "\n" for r in new).encode()
+            with open(self.path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            self._hash.update(data)
+            self.count = len(rows)
+        return {"file": self.path.name, "rows": self.count, "sha256": self._hash.hexdigest()}
+
+    def read(self, ref: Mapping[str, Any], where: str) -> list[Any]:
+        """The first ``ref["rows"]`` lines, verified against ``ref["sha256"]`` (a CheckpointError if not)."""
+        want = int(ref["rows"])
+        try:
+            with open(self.path, "rb") as f:
+                lines = [f.readline() for _ in range(want)]
+        except OSError as exc:
+            raise CheckpointError(f"{where}: {self.path.name} unreadable ({exc})") from None
+        if (want and not lines[-1].endswith(b"\n")) or hashlib.sha256(b"".join(lines)).hexdigest() != ref["sha256"]:
+            got = sum(1 for line in lines if line.endswith(b"\n"))
+            raise CheckpointError(f"{where}: its {self.path.stem} has {got} rows in {self.path.name} that match "
+                                  f"its checksum, not the {want} it records")
+        return [json.loads(line) for line in lines]
+
+    def cut_to(self, ref: Mapping[str, Any]) -> None:
+        """Resume from a checkpoint: the journal keeps exactly the lines that checkpoint covers."""
+        want = int(ref["rows"])
+        with open(self.path, "rb") as f:
+            data = b"".join(f.readline() for _ in range(want))
+        with open(self.path, "r+b") as f:
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+        self.count, self._hash, self._fresh = want, hashlib.sha256(data), False
+
+
 # -- engine state ------------------------------------------------------------------------------------------
 
 
@@ -88,10 +151,11 @@ class ResumePoint:
     wall_s: float
 
 
-def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], wall_s: float
+def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], wall_s: float, journaled: bool = False
              ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The run's state at a round boundary as ``(json_state, tensors)``; ``runtime`` is the engine's
-    :meth:`~fedcore.engine.loop.Engine.runtime_state`."""
+    :meth:`~fedcore.engine.loop.Engine.runtime_state`; ``journaled``: without the history and the ledger (the
+    :class:`Checkpointer` keeps them in journals)."""
     server = run.server
     tensors: dict[str, torch.Tensor] = {}
     clients = []
@@ -125,13 +189,13 @@ def snapshot(run: RunContext, *, history: History, runtime: Mapping[str, Any], w
         "clients": clients,
         "run": {"stash": encode_stash(run.stash, "run/stash", tensors),
                 "settings": encode(dict(run.settings), "run/settings", tensors)},
-        "ledger": run.ledger.to_rows(),
-        "history": list(history.rows),
         "runtime": encode(runtime, "runtime", tensors),
         "rng": {"torch": encode(torch.get_rng_state(), "rng/torch", tensors),
                 "numpy": encode(np.random.get_state(), "rng/numpy", tensors),
                 "python": encode(random.getstate(), "rng/python", tensors)},
     }
+    if not journaled:
+        state["ledger"], state["history"] = run.ledger.to_rows(), list(history.rows)
     return state, tensors
 
 
@@ -290,14 +354,53 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def latest_good(root: str | Path) -> tuple[Path | None, dict | None, dict | None, list[str]]:
-    """The newest checkpoint that verifies: ``(path, state, tensors, problems_with_newer_ones)``."""
+def content_problem(state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+                    model: torch.nn.Module | None = None) -> str | None:
+    """Why a checkpoint whose checksums verify must still not be loaded, or ``None``: its history must hold one row
+    per aggregation it records (rounds 0..n-1), and its global model must fit ``model`` (every entry both have:
+    same shape, and a floating dtype where the model's is floating; a precision change is a component's right) and
+    be finite. Checksums only say the files are what was written; a checkpoint written
+    by a broken run (a NaN weight) or edited with recomputed checksums is caught here, before anything loads."""
+    history = state.get("history") or []
+    done = int(state["server"]["version"])
+    if [r.get("round") for r in history] != list(range(done)):
+        return f"its history has {len(history)} rows but the checkpoint is of {done} aggregations"
+    saved = decode(state["server"]["model"], tensors)
+    own = model.state_dict() if model is not None else {}
+    for name in sorted(saved):
+        value = saved[name]
+        if not isinstance(value, torch.Tensor):
+            continue
+        mine = own.get(name)
+        if mine is not None and mine.shape != value.shape:
+            return f"global model entry {name!r} has shape {tuple(value.shape)}, the model has {tuple(mine.shape)}"
+        if mine is not None and mine.dtype.is_floating_point != value.dtype.is_floating_point:
+            return f"global model entry {name!r} has dtype {value.dtype}, the model has {mine.dtype}"
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"global model entry {name!r} has NaN or infinite values"
+    return None
+
+
+def latest_good(root: str | Path, model: torch.nn.Module | None = None, journals: Mapping[str, Journal] | None = None
+                ) -> tuple[Path | None, dict | None, dict | None, list[str]]:
+    """The newest checkpoint that verifies and whose content fits ``model`` (:func:`content_problem`):
+    ``(path, state, tensors, problems_with_newer_ones)``."""
     problems: list[str] = []
     for path in reversed(list_checkpoints(root)):
         try:
             state, tensors = read_checkpoint(path)
-        except (CheckpointError, OSError, ValueError, KeyError) as exc:
+            for key, name in JOURNALS.items():  # journal references -> the rows, verified
+                ref = state.pop(key + "_journal", None)
+                if ref is not None:
+                    journal = (journals or {}).get(key) or Journal(Path(root) / name)
+                    state[key] = journal.read(ref, path.name)
+                    state[key + "_journal"] = ref
+            problem = content_problem(state, tensors, model)
+        except (CheckpointError, OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(str(exc) if isinstance(exc, CheckpointError) else f"{path.name}: unreadable ({exc})")
+            continue
+        if problem is not None:
+            problems.append(f"{path.name}: {problem}")
             continue
         return path, state, tensors, problems
     return None, None, None, problems
@@ -315,7 +418,7 @@ class Checkpointer:
     """
 
     def __init__(self, root: str | Path, *, every: int = 1, keep: int = 2, resume: bool = False,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, model: torch.nn.Module | None = None) -> None:
         if every < 0:
             raise ValueError(f"checkpoint every={every}; must be >= 0 (0 = never)")
         if keep < 1:
@@ -323,6 +426,8 @@ class Checkpointer:
         self.root = Path(root)
         self.every, self.keep, self.resume = every, keep, resume
         self.report = report or (lambda line: log.warning("%s", line))
+        self.model = model  # checkpoints are checked against it before one is chosen (content_problem)
+        self.journals = {key: Journal(self.root / name) for key, name in JOURNALS.items()}
         self._loaded: tuple[Path | None, dict | None, dict | None] | None = None
         self._pending_model: dict | None = None
         for leftover in self.root.glob(".tmp-round-*") if self.root.is_dir() else ():
@@ -331,7 +436,7 @@ class Checkpointer:
     def load(self) -> tuple[Path | None, dict | None]:
         """Find (once) the checkpoint a resume starts from; reports every corrupt one it skips."""
         if self._loaded is None:
-            path, state, tensors, problems = latest_good(self.root)
+            path, state, tensors, problems = latest_good(self.root, self.model, self.journals)
             for p in problems:
                 self.report(f"checkpoint skipped: {p}")
             if problems and path is not None:
@@ -353,6 +458,13 @@ class Checkpointer:
             self.report("no usable checkpoint; starting from round 0")
             return None
         assert state is not None and self._loaded is not None and self._loaded[2] is not None
+        if self.model is None:  # not given at construction: the content is checked against the run's model now
+            problem = content_problem(state, self._loaded[2], run.server.model)
+            if problem is not None:
+                raise CheckpointError(f"{path.name}: {problem}")
+        for key, journal in self.journals.items():
+            if key + "_journal" in state:
+                journal.cut_to(state[key + "_journal"])
         point, self._pending_model = restore(run, state, self._loaded[2], history=history, device=device,
                                              load_runtime=load_runtime)
         self._loaded = (path, state, None)  # the tensors now live in the engine
@@ -369,7 +481,11 @@ class Checkpointer:
         done = run.server.version
         if self.every == 0 or (done % self.every and done != run.rounds):
             return None
-        state, tensors = snapshot(run, history=history, runtime=runtime(), wall_s=wall_s)
+        state, tensors = snapshot(run, history=history, runtime=runtime(), wall_s=wall_s,
+                                  journaled=bool(self.journals))
+        if self.journals:  # the journals first: a checkpoint never refers past them
+            state["history_journal"] = self.journals["history"].append(history.rows)
+            state["ledger_journal"] = self.journals["ledger"].append(run.ledger.rows, attrs.asdict)
         path = write_checkpoint(self.root, state, tensors)
         for old in list_checkpoints(self.root)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -12,6 +12,9 @@ from torch import nn
 
 from fedcore.network import Ledger
 
+REJECTED_STREAK = 2
+"""A run whose last rounds (at least this many) all refused every update ends ``failed``."""
+
 
 @attrs.define(kw_only=True, eq=False)
 class History:
@@ -49,13 +52,26 @@ class History:
         return max(values)
 
     def failure(self) -> str | None:
-        """Why the run as a whole failed, or ``None``: it did when no round applied an aggregate of client updates.
+        """Why the run as a whole failed, or ``None``: it did when no round applied an aggregate of client updates,
+        or when the last :data:`REJECTED_STREAK` or more rounds applied none because every update was rejected or
+        the aggregate refused (a poisoned global model: what a NaN weight does to every later round).
 
         A round applies one when some update reached aggregation and the aggregate passed the engine's
         checks (no ``aggregate_fault``); rounds that failed are marked ``round_failed`` in their rows.
         """
-        if not self.rows or any(r.get("clients") and "aggregate_fault" not in r for r in self.rows):
-            return None
+        if self.rows and not any(r.get("clients") and "aggregate_fault" not in r for r in self.rows):
+            reasons = [r["round_failed"] for r in self.rows if "round_failed" in r]
+            last = f"; last: {reasons[-1]}" if reasons else ""
+            return f"no round of {len(self.rows)} applied a client update ({len(reasons)} failed{last})"
+        streak = 0  # the rounds at the end in which every update was rejected or the aggregate refused
+        for r in reversed(self.rows):
+            if (r.get("clients") and "aggregate_fault" not in r) or not (r.get("rejected") or "aggregate_fault" in r):
+                break
+            streak += 1
+        if streak >= REJECTED_STREAK:  # a poisoned model: every round from some point on was refused
+            return (f"the last {streak} rounds of {len(self.rows)} applied no client update: every update was "
+                    f"rejected or the aggregate refused (last: {self.rows[-1].get('round_failed')})")
+        return None
         reasons = [r["round_failed"] for r in self.rows if "round_failed" in r]
         last = f"; last: {reasons[-1]}" if reasons else ""
         return f"no round of {len(self.rows)} applied a client update ({len(reasons)} failed{last})"

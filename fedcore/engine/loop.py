@@ -103,7 +103,8 @@ class Engine:
         self._parts = EngineParts(pipeline=self.pipeline, hooks=self.hooks, run=run, scheduler=scheduler,
                                   clock=self.clock, faults=self.faults, placement=self.placement,
                                   executor=self.executor, submit=self.submit, eval_every=self.eval_every,
-                                  client_metrics=self.spec.client_metrics)
+                                  client_metrics=self.spec.client_metrics,
+                                  update_norm_bound=self.spec.update_norm_bound)
         if self.clock is not None:
             self.clock.bind(run, self.pipeline)
 

@@ -100,4 +100,21 @@ def join_cluster(address: str, **init_kwargs: Any) -> None:
     ray.init(**kwargs)
 
 
-__all__ = ["LOOPBACK", "check_bind", "check_reachable", "is_loopback", "join_cluster", "start_local_cluster"]
+def init_ray(*, address: str | None, num_cpus: int, bind: str = LOOPBACK, **init_kwargs: Any) -> bool:
+    """The one way fedcore connects to Ray (``fedcore run``'s Ray executor, ``fedcore sweep --ray``): nothing when
+    this process already has a Ray session, :func:`join_cluster` when the user named an ``address``, else
+    :func:`start_local_cluster` on ``bind`` (loopback by default). True when this call started or joined Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        join_cluster(address, **init_kwargs)
+    else:
+        kwargs = dict(init_kwargs)
+        start_local_cluster(num_cpus=kwargs.pop("num_cpus", num_cpus), bind=bind, **kwargs)
+    return True
+
+
+__all__ = ["LOOPBACK", "check_bind", "check_reachable", "init_ray", "is_loopback", "join_cluster",
+           "start_local_cluster"]

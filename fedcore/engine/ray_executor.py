@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fedcore.engine.ray_cluster import LOOPBACK, check_bind, check_reachable, join_cluster, start_local_cluster
+from fedcore.engine.ray_cluster import LOOPBACK, check_bind, check_reachable, init_ray
 from fedcore.errors import ConfigError
 from fedcore.jobs import ClientJob, JobResult, run_cohort
 
@@ -138,13 +138,8 @@ class RayExecutor:
             import ray
         except ImportError:
             raise ConfigError("RayExecutor needs Ray: pip install 'fedcore[ray]'") from None
-        if not ray.is_initialized():
-            if self.address is None:
-                kwargs = dict(self.init_kwargs)
-                cpus = kwargs.pop("num_cpus", max(1, int(self.num_workers * self.cpus_per_worker + 0.999)))
-                start_local_cluster(num_cpus=cpus, bind=self.bind, **kwargs)
-            else:
-                join_cluster(self.address, **self.init_kwargs)
+        if init_ray(address=self.address, num_cpus=max(1, int(self.num_workers * self.cpus_per_worker + 0.999)),
+                    bind=self.bind, **self.init_kwargs):
             self._started_ray = True
         actor = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_Worker)
         data_ref = ray.put(dataset)

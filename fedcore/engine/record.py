@@ -13,6 +13,7 @@ from torch import nn
 from fedcore.contexts import RoundContext
 from fedcore.engine.aggregate_check import aggregate_component, check_fit, numeric_problem
 from fedcore.engine.state import EVENT_KEYS, ClosedRound, EngineParts
+from fedcore.engine.update_norms import norm_outliers
 from fedcore.types import AggregateResult, ClientUpdate
 
 __all__ = ["EVENT_KEYS", "aggregate", "client_metric_columns", "load_entries", "numeric_metrics", "per_client_metrics"]
@@ -83,6 +84,10 @@ def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, run
     agg_metrics: dict[str, float] = {}
     failure: str | None = None
     fault: dict[str, str] | None = None
+    arrived, outliers = norm_outliers(arrived, parts.update_norm_bound)  # update sanity (engine/update_norms.py)
+    for row in outliers:
+        events["rejected"].append(row)
+        log.warning("round %s: rejected the update of client %s: %s", ctx.round, row["client"], row["reason"])
     if arrived:
         arrived.sort(key=lambda u: u.client_id)
         # a copy: wrappers may replace the updates their inner aggregator sees (docs/hooks.md, fedcore_aggregate)

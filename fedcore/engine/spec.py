@@ -40,6 +40,8 @@ class RunSpec:
     device: Any = None
     precision: str = "fp32"
     client_metrics: bool = False
+    update_norm_bound: float = 100.0
+    """Reject an update whose delta norm exceeds this many times the round's median (0 = off; update_norms.py)."""
 
     def __attrs_post_init__(self) -> None:
         if self.num_clients < 1:
@@ -48,6 +50,8 @@ class RunSpec:
             raise ConfigError(f"rounds={self.rounds}; must be >= 0")
         if self.eval_every < 1:
             raise ConfigError(f"eval_every={self.eval_every}; must be >= 1")
+        if not 0 <= self.update_norm_bound < float("inf"):
+            raise ConfigError(f"update_norm_bound={self.update_norm_bound}; must be a finite number >= 0 (0 = off)")
         if len(self.train) < self.num_clients:
             raise ConfigError(f"num_clients={self.num_clients} is more than the {len(self.train)} training samples")
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import fedcore
+from fedcore.engine.update_norms import DEFAULT_BOUND
 from fedcore.errors import ConfigError, FedcoreError
 from fedcore.experiment.config import _show, _type_name, tables
 from fedcore.hookspecs import SLOT_HOOKS
@@ -30,7 +31,8 @@ from fedcore.registry import Entry
 from fedcore.runtime.placement import Placement
 from fedcore.settings import settings_of
 
-RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "precision", "dataset", "model", "pipeline")
+RESULT_KEYS = ("seed", "rounds", "num_clients", "eval_every", "threads", "precision", "update_norm_bound", "dataset",
+               "model", "pipeline")
 """Top-level keys that change what a run computes (with every extension table); the fingerprint covers them.
 ``device`` is left out on purpose: a run checkpointed on a GPU resumes on the CPU and back."""
 
@@ -204,6 +206,8 @@ def fingerprint(resolved: Mapping[str, Any]) -> str:
     core = {k: resolved.get(k) for k in keys if k in resolved}
     if core.get("precision") == "fp32":  # the default: fingerprints of runs from before the key existed still match
         del core["precision"]
+    if core.get("update_norm_bound") == DEFAULT_BOUND:  # likewise
+        del core["update_norm_bound"]
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -342,8 +346,9 @@ def build_model(p: Plan, settings: Mapping[str, Any]) -> torch.nn.Module:
         model = p.model.obj(**settings)
     except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
         raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
-    except (TypeError, ValueError, FedcoreError) as exc:
-        raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
+    except (TypeError, ValueError, RuntimeError, OverflowError, FedcoreError) as exc:  # e.g. hidden = -5
+        shown = ", ".join(f"{k} = {v!r}" for k, v in settings.items() if isinstance(v, (int, float, str, bool)))
+        raise ConfigError(f"model {p.model.name} ({shown}): {str(exc).splitlines()[0]}") from None
     if p.lora is not None:  # [model.lora] travels with the model to the component that injects it
         attach_lora(model, p.lora)
     return model
@@ -368,7 +373,8 @@ def materialize(p: Plan) -> Materials:
         raise ConfigError(f"executor {p.resolved['executor']['name']}: {str(exc).splitlines()[0]}") from None
     run_kwargs: dict[str, Any] = dict(num_clients=cfg["num_clients"], rounds=cfg["rounds"], seed=cfg["seed"],
                                       eval_every=cfg["eval_every"], device=cfg["device"],
-                                      precision=cfg["precision"], client_metrics=cfg["output"]["client_metrics"])
+                                      precision=cfg["precision"], client_metrics=cfg["output"]["client_metrics"],
+                                      update_norm_bound=float(cfg["update_norm_bound"]))
     run_kwargs.update(table_kwargs(cfg, train, test))
     if len(train) < cfg["num_clients"]:
         raise ConfigError(f"num_clients = {cfg['num_clients']} is more than the {len(train)} training samples of "

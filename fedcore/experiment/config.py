@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 import copy
+import math
 from pathlib import Path
 import re
 import sys
@@ -92,9 +93,11 @@ SPEC = (str, dict)  # "name" or { name = "...", settings... }
 TOP_LEVEL: dict[str, Key] = {
     "name": Key(kind=(str,), default=None, help="label of the run (default: the config file's stem)"),
     "seed": Key(kind=(int,), default=0, low=0, help="seed of every random stream"),
-    "rounds": Key(kind=(int,), low=0, help="number of aggregations"),
+    "rounds": Key(kind=(int,), low=1, help="number of aggregations"),
     "num_clients": Key(kind=(int,), low=1, help="number of clients"),
     "eval_every": Key(kind=(int,), default=1, low=1, help="evaluate every k rounds (and after the last)"),
+    "update_norm_bound": Key(kind=(int, float), default=100.0, low=0, help="reject a client update whose delta norm "
+                             "is more than this many times the round's median (0 = off)"),
     "threads": Key(kind=(int,), default=1, low=0, help="torch threads in this process (1 suits micro models; "
                                                       "0 = torch's default)"),
     "device": Key(kind=(str,), default="cpu", help="where the run computes: \"auto\", \"cpu\", \"cuda\", "
@@ -202,10 +205,32 @@ def allowed_line(keys: Mapping[str, Key]) -> str:
     return ", ".join(keys)
 
 
+INT64 = (-(2**63), 2**63 - 1)
+"""The integers a config holds (TOML's own range; torch and numpy seeds and sizes live in it)."""
+
+
+def check_numbers(value: Any, where: str = "") -> None:
+    """No NaN or infinity and no integer beyond 64 bits anywhere in a config: no setting gives them a meaning (a
+    NaN passes every range check and a learning rate of NaN would fail only after the run), so the first one is
+    refused in one line naming its dotted key."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_numbers(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_numbers(v, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} = {value!r} is not a finite number; give a finite value")
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+        raise ConfigError(f"{where} = {_show(value)} is out of range; integers must fit in 64 bits "
+                          f"({INT64[0]} to {INT64[1]})")
+
+
 def validate(config: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
     """The config with top-level defaults filled in; the first problem raises a one-line ConfigError."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the config must be a table")
+    check_numbers(config)
     keys, extensions = top_level(), tables()
     unknown = [k for k in config if k not in keys]
     if unknown:

@@ -176,13 +176,16 @@ class RunProgress:
 def round_events(record: Mapping[str, Any]) -> str:
     """Work of the round that stale or changed shares cost, for both progress modes ("" when none).
 
-    Late split-learning server sessions applied or dropped (``split_stale_*``), updates dropped because the
-    share they were made for no longer fits the model (``share_changed``), and a round that applied nothing
-    (``round_failed``: no update arrived, or the aggregate was refused).
+    Rejected updates (``rejected``), late split-learning server sessions applied or dropped (``split_stale_*``),
+    updates dropped because the share they were made for no longer fits the model (``share_changed``), and a
+    round that applied nothing (``round_failed``: no update arrived, or the aggregate was refused).
     """
     parts = []
     if "round_failed" in record:
         parts.append(f"round failed: {record['round_failed']}")
+    if record.get("rejected"):  # NaN/Inf, wrong shapes, or beyond the update norm bound (engine/update_norms.py)
+        parts.append(f"rejected: {len(record['rejected'])} update(s) (clients "
+                     f"{', '.join(str(r['client']) for r in record['rejected'])})")
     if "split_stale_applied" in record or "split_stale_dropped" in record:
         parts.append(f"stale sessions {int(record.get('split_stale_applied', 0))} applied "
                      f"{int(record.get('split_stale_dropped', 0))} dropped")

@@ -10,6 +10,7 @@
       model.safetensors    the final global model
       checkpoints/         round-NNNNNN/ (see fedcore.engine.checkpoint)
       tensorboard/         event log when output.tensorboard = true
+      .lock                held (flock) by the one process writing the directory; holds its pid
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from typing import Any
 
 import tomli_w
 
-from fedcore.errors import ConfigError
+from fedcore.errors import ConfigError, FedcoreError
+from fedcore.experiment.run_lock import LOCK, RunLock
 
 CONFIG, MANIFEST, STATUS = "config.toml", "manifest.json", "status.json"
 METRICS, MODEL = "metrics.jsonl", "model.safetensors"
@@ -34,17 +36,37 @@ CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
 MARKERS = (STATUS, CONFIG, METRICS)
 
 
+class RunStorageError(FedcoreError):
+    """The run directory could not be written during a run (a full disk): the run stops, exit 1, resumable."""
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+def _fsync_write(path: Path, data: bytes) -> None:
+    """The one place run-directory files are written (tests inject a full disk here)."""
+    with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """``path`` holds the old bytes or the new ones, never a part; a failed write leaves no temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        _fsync_write(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def storage_problem(exc: OSError) -> str:
+    """``RUN_DIR/status.json: No space left on device``: the file and the system's reason, one line."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -80,6 +102,15 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and any((path / m).exists() for m in MARKERS)
 
 
+def _debris(name: str) -> bool:
+    """The lock file and an interrupted atomic write's temporary: nothing a run left worth keeping."""
+    return name == LOCK or (name.startswith(".") and ".tmp-" in name)
+
+
+def holds_nothing(path: Path) -> bool:
+    return all(_debris(p.name) for p in path.iterdir())
+
+
 def versions() -> dict[str, Any]:
     import fedcore
 
@@ -94,11 +125,24 @@ def versions() -> dict[str, Any]:
     return out
 
 
+def version_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``torch 2.3.0 -> 2.4.1``, ``plugin lora 0.1.0 -> (absent)``: what differs in fedcore, torch and the
+    plugins between two :func:`versions` records (Python, numpy and the platform are recorded, not compared)."""
+    changes = [f"{k} {before.get(k)} -> {now.get(k)}" for k in ("fedcore", "torch") if before.get(k) != now.get(k)]
+    old_plugins, new_plugins = before.get("plugins") or {}, now.get("plugins") or {}
+    for name in sorted(set(old_plugins) | set(new_plugins)):
+        a, b = (old_plugins.get(name) or {}).get("version"), (new_plugins.get(name) or {}).get("version")
+        if a != b:
+            changes.append(f"plugin {name} {a or '(absent)'} -> {b or '(absent)'}")
+    return changes
+
+
 class RunDir:
     """One run's directory. Create with :meth:`create` (a new run) or :meth:`for_resume`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.lock = RunLock(self.path)
 
     # -- opening ----------------------------------------------------------------------------------------
 
@@ -110,17 +154,37 @@ class RunDir:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--out {path}: exists and is not a directory")
-        if path.is_dir() and any(path.iterdir()):
+        if path.is_dir() and not holds_nothing(path):
             if not is_run_dir(path):
                 raise ConfigError(f"--out {path}: the directory is not empty and is not a fedcore run directory; "
                                   f"choose another --out")
             if not overwrite:
                 raise ConfigError(f"--out {path}: {cls(path).describe_against(resolved, fingerprint)}; choose "
                                   f"another --out, continue it with --resume {path}, or pass --overwrite to replace it")
-            shutil.rmtree(path)
-        path.mkdir(parents=True, exist_ok=True)
+        made = not path.exists()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot create the run directory: {storage_problem(exc)}") from None
         rd = cls(path)
-        rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
+        try:
+            rd.lock.acquire()  # before anything is removed or written: a live writer keeps its directory
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot write the run directory: {storage_problem(exc)}") from None
+        try:
+            for entry in path.iterdir():  # --overwrite's old run, or an earlier try's debris
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                elif entry.name != LOCK:
+                    entry.unlink()
+            rd.write_status("running", fingerprint=fingerprint, rounds_done=0, started=_now())
+        except BaseException as exc:
+            rd.lock.release()
+            if made:  # nothing of ours to keep: a retry finds no directory
+                shutil.rmtree(path, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise ConfigError(f"--out {path}: cannot write the run directory: {storage_problem(exc)}") from None
+            raise
         return rd
 
     @classmethod
@@ -136,6 +200,7 @@ class RunDir:
             diff = config_differences(rd.config(), resolved) if resolved is not None else ""
             raise ConfigError(f"--resume {path}: the directory holds a different run (config differs: {diff}); "
                               f"resume with its own config (fedcore run --resume {path})")
+        rd.lock.acquire()  # held until the run ends: a second resume stops here, naming this one's pid
         return rd
 
     def describe_against(self, resolved: Mapping[str, Any], fingerprint: str) -> str:
@@ -180,6 +245,12 @@ class RunDir:
     def write_config(self, resolved: Mapping[str, Any]) -> None:
         header = "# Resolved by fedcore: every default filled in. `fedcore run` on this file repeats the run.\n"
         atomic_write(self.path / CONFIG, (header + tomli_w.dumps(dict(resolved))).encode())
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return {}
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
         text = json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n"
@@ -237,6 +308,10 @@ class RunDir:
 
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
         tmp = self.path / f".{MODEL}.tmp-{os.getpid()}"
-        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "fedcore"})
-        os.replace(tmp, self.path / MODEL)
+        try:
+            save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "fedcore"})
+            os.replace(tmp, self.path / MODEL)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return self.path / MODEL

@@ -6,6 +6,7 @@ built *before* the run directory is touched, so a bad config leaves nothing behi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import contextlib
 import copy
 import datetime as _dt
 import math
@@ -24,7 +25,15 @@ from fedcore.errors import ConfigError
 from fedcore.experiment.build import Materials, materialize, plan
 from fedcore.experiment.config import load_config
 from fedcore.experiment.progress import ProgressObserver, RunProgress, accuracy_key
-from fedcore.experiment.rundir import CONFIG, RunDir, is_run_dir, versions
+from fedcore.experiment.rundir import (
+    CONFIG,
+    RunDir,
+    RunStorageError,
+    is_run_dir,
+    storage_problem,
+    version_changes,
+    versions,
+)
 from fedcore.pipeline import Pipeline
 
 
@@ -98,22 +107,66 @@ class Outcome:
 
 def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str | Path | None = None,
                    overwrite: bool = False, progress: str = "auto", stream: Any = None,
-                   on_round: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
-    """Run (or resume) ``m`` into a run directory and return where it is and its rows."""
+                   on_round: Callable[[dict[str, Any]], None] | None = None, strict_versions: bool = False
+                   ) -> Outcome:
+    """Run (or resume) ``m`` into a run directory and return where it is and its rows. A resume with other
+    fedcore, torch or plugin versions than the run's last segment warns in one line (``strict_versions``:
+    refuses); every segment's versions are appended to ``manifest.json``'s ``segments``."""
     resolved, fp = m.resolved, m.plan.fingerprint
     if resume is not None:
         rd = RunDir.for_resume(resume, fingerprint=fp, resolved=resolved)
-        if rd.status().get("state") == "finished":
-            return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished",
-                           stopped=rd.status().get("stopped"))
     else:
         rd = RunDir.create(out if out is not None else default_out(resolved["name"]), resolved=resolved,
                            fingerprint=fp, overwrite=overwrite)
+    started: list[bool] = []  # set once the engine runs: a storage error then ends a run (exit 1), before a start (2)
+    try:  # the directory's lock is held from here to the end of the run
+        return _run_locked(m, rd, resume=resume, progress=progress, stream=stream, on_round=on_round,
+                           started=started, strict_versions=strict_versions)
+    except OSError as exc:  # a full disk, a read-only or vanished directory: one line, nothing half-written
+        problem = storage_problem(exc)
+        if not started:
+            if resume is None:
+                shutil.rmtree(rd.path, ignore_errors=True)  # a fresh run that never started leaves nothing
+            raise ConfigError(f"cannot write the run directory {rd.path}: {problem}") from None
+        with contextlib.suppress(OSError):  # on a full disk this may fail too: status then still says running
+            rd.write_status("failed", error=f"storage: {problem}")
+        raise RunStorageError(f"the run stopped: could not write {problem}; fix that (free space), then "
+                              f"fedcore run --resume {rd.path}") from None
+    finally:
+        rd.lock.release()
+
+
+def _earlier_segments(rd: RunDir) -> list[dict[str, Any]]:
+    """The segments (one per start or resume) the run directory's manifest records; a manifest written before
+    segments were recorded is its own first segment."""
+    old = rd.manifest()
+    return list(old.get("segments") or [{"from_round": 0, "started": old.get("written"),
+                                          "versions": old.get("versions") or {}, "command": old.get("command"),
+                                          "resumed_from": old.get("resumed_from")}])
+
+
+def _run_locked(m: Materials, rd: RunDir, *, resume: str | Path | None, progress: str, stream: Any,
+                on_round: Callable[[dict[str, Any]], None] | None, started: list[bool],
+                strict_versions: bool) -> Outcome:
+    resolved = m.resolved
+    if resume is not None:
+        if rd.status().get("state") == "finished":
+            return Outcome(run_dir=rd.path, rows=rd.rows(), state="already-finished",
+                           stopped=rd.status().get("stopped"))
+        changes = version_changes(_earlier_segments(rd)[-1]["versions"], versions()) if rd.manifest() else []
+        if changes and strict_versions:
+            raise ConfigError(f"--resume {rd.path} --strict-versions: the run's earlier rounds ran with other "
+                              f"versions ({'; '.join(changes)}); resume without --strict-versions to continue "
+                              f"with these")
+        if changes:
+            print(f"fedcore: warning: resuming {rd.path} with other versions than its earlier rounds: "
+                  f"{'; '.join(changes)} (each segment's versions are kept in manifest.json)", file=sys.stderr)
+    else:
         rd.write_config(resolved)
     cfg = m.plan.config
     display = RunProgress(name=resolved["name"], rounds=cfg["rounds"], mode=progress, stream=stream)
     checkpointer = Checkpointer(rd.checkpoints, every=cfg["checkpoint"]["every"], keep=cfg["checkpoint"]["keep"],
-                                resume=resume is not None, report=display.note)
+                                resume=resume is not None, report=display.note, model=m.model)
     resumed_from = None
     start_round = 0
     if resume is not None:
@@ -128,6 +181,9 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     observer = ProgressObserver(display if display.mode != "none" else None)
     running = Pipeline([observer, *given])
     written = manifest(m, user_pipeline, resumed_from=resumed_from)
+    written["segments"] = [*(_earlier_segments(rd) if resume is not None and rd.manifest() else ()),
+                           {"from_round": start_round, "started": written["written"], "versions": written["versions"],
+                            "command": written["command"], "resumed_from": resumed_from}]
     rd.write_manifest(written)
     tb = TensorBoardLog(rd.tensorboard, purge_step=start_round + 1 if resume is not None else None) \
         if cfg["output"]["tensorboard"] else None
@@ -152,6 +208,7 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
     display.start(completed=start_round)
     if resumed_from:
         display.note(f"resumed from {resumed_from} ({start_round} rounds done)")
+    started.append(True)
     try:
         result = engine.run()
     except BaseException as exc:
@@ -159,8 +216,9 @@ def run_experiment(m: Materials, *, out: str | Path | None = None, resume: str |
         if resume is None and isinstance(exc, ConfigError) and not rd.rows():
             shutil.rmtree(rd.path, ignore_errors=True)  # refused at set-up (e.g. the partition): leave nothing
             raise
-        rd.write_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                        error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        if not isinstance(exc, OSError):  # a storage error writes its own status (run_experiment)
+            rd.write_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                            error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         raise
     finally:
         if tb is not None:

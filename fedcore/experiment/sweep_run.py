@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+import os
 from pathlib import Path
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import attrs
 from fedcore.errors import ConfigError
 from fedcore.experiment.build import materialize, plan
 from fedcore.experiment.config import validate
-from fedcore.experiment.rundir import CONFIG, RunDir, is_run_dir
+from fedcore.experiment.rundir import CONFIG, RunDir, holds_nothing, is_run_dir
 from fedcore.experiment.runner import run_experiment
 from fedcore.experiment.sweep_spec import SPEC, Cell, Sweep, load_sweep_spec, write_spec
 
@@ -60,7 +61,7 @@ class SweepOutcome:
 
 def cell_state(path: Path) -> str:
     """``new`` (nothing there), ``finished``, ``resume`` (a run cut short) or ``restart`` (cut before its config)."""
-    if not path.exists() or not any(path.iterdir()):
+    if not path.exists() or holds_nothing(path):
         return "new"
     if not is_run_dir(path) or not (path / CONFIG).is_file():
         return "restart"
@@ -105,8 +106,8 @@ def _run_in_child(directory: Path, cell: Cell) -> CellResult:
     log.parent.mkdir(exist_ok=True)
     start = time.monotonic()
     with open(log, "a") as f:
-        code = subprocess.call([sys.executable, "-m", "fedcore.experiment.sweep_run", str(directory), cell.dirname],
-                               stdout=f, stderr=subprocess.STDOUT)
+        code = subprocess.call([sys.executable, "-m", "fedcore.experiment.sweep_run", str(directory), cell.dirname,
+                                str(os.getpid())], stdout=f, stderr=subprocess.STDOUT)
     status = RunDir(path).status()
     state = "finished" if code == 0 and status.get("state") == "finished" else "failed"
     error = None if state == "finished" else (status.get("error") or f"exit status {code}; see {log}")
@@ -117,11 +118,9 @@ def _run_in_child(directory: Path, cell: Cell) -> CellResult:
 def _ray_runner(address: str | None, jobs: int) -> Callable[[Path, Cell], CellResult]:
     import ray
 
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+    from fedcore.engine.ray_cluster import init_ray
+
+    init_ray(address=address, num_cpus=jobs)  # loopback unless the user named a cluster's address
     remote = ray.remote(num_cpus=1)(run_cell)
     return lambda directory, cell: ray.get(remote.remote(directory, cell))
 
@@ -164,10 +163,35 @@ def run_sweep(config: str | Path | Sweep, *, grid: Sequence[str] = (), seeds: in
     return SweepOutcome(directory=directory, cells=ordered)
 
 
+def die_with_parent(parent: int) -> None:
+    """End this cell (SIGTERM: ``interrupted``, resumable) when the sweep that started it dies, even by ``kill -9``:
+    Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``), set here and checked against a parent that died
+    before it was set. Elsewhere the cell outlives its sweep, and a resumed sweep meets its lock."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        raise SystemExit(f"fedcore sweep: the sweep (pid {parent}) ended before this cell started")
+
+
 def _main(argv: Sequence[str]) -> int:
-    """``python -m fedcore.experiment.sweep_run SWEEP_DIR CELL_DIR``: one cell, for :func:`run_sweep`'s children."""
+    """``python -m fedcore.experiment.sweep_run SWEEP_DIR CELL_DIR [PARENT_PID]``: one cell, for
+    :func:`run_sweep`'s children."""
     directory, dirname = Path(argv[0]), argv[1]
-    result = run_cell(directory, _cell_by_dir(directory, dirname))
+    from fedcore.experiment.termination import terminate_as_interrupt
+
+    terminate_as_interrupt()  # the parent-death signal (SIGTERM) leaves the cell interrupted, resumable
+    if len(argv) > 2:
+        die_with_parent(int(argv[2]))
+    try:
+        result = run_cell(directory, _cell_by_dir(directory, dirname))
+    except KeyboardInterrupt:  # SIGTERM (the sweep died) or Ctrl-C: the cell says interrupted
+        print(f"fedcore sweep: cell {dirname}: interrupted", file=sys.stderr)
+        return 143
     if result.error:
         print(f"fedcore sweep: cell {dirname}: {result.error}", file=sys.stderr)
     return 0 if result.state in ("finished", "skipped") else 1

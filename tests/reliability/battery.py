@@ -89,3 +89,25 @@ def kill_at(args: list[str], run_dir: Path, *, after_rows: int, delay: float, ti
     if status_of(run_dir).get("state") == "finished":
         return -1
     return len(rows_of(run_dir))
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    """``fedcore ARGS`` in the background (stderr kept for the one-line checks)."""
+    progress = ["--progress", "none"] if args[0] == "run" else []
+    return subprocess.Popen([sys.executable, "-m", "fedcore.cli", *args, *progress],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_rows(run_dir: Path, n: int, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    """Until ``run_dir`` has ``n`` rows (or ``proc`` ended, or the timeout)."""
+    deadline = time.monotonic() + timeout
+    while len(rows_of(run_dir)) < n and (proc is None or proc.poll() is None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -8,6 +8,7 @@ and filled from the class pools without replacement (a class that runs dry gives
 from __future__ import annotations
 
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import attrs
@@ -26,8 +27,9 @@ def _quotas(value: Sequence[float]) -> tuple[float, ...]:
         out = tuple(float(v) for v in value)
     except (TypeError, ValueError):
         raise ConfigError(f"QuotaDirichletPartition.quotas={value!r} must be a list of positive numbers") from None
-    if not out or any(not q > 0 for q in out):
-        raise ConfigError(f"QuotaDirichletPartition.quotas={list(value)} must be positive numbers, one per client")
+    if not out or any(not 0 < q < math.inf for q in out):
+        raise ConfigError(f"QuotaDirichletPartition.quotas={list(value)} must be finite positive numbers, one per "
+                          f"client")
     return out
 
 

@@ -46,7 +46,13 @@ def client_flops(ctx: Any, split: int, strip: tuple[int, int] | None) -> tuple[f
 
 
 def _ints(value: Any) -> tuple[int, ...] | None:
-    return None if value is None else tuple(value)
+    """Layer indices (``splits``) or strip counts (``strips``): whole numbers >= 0, one per client."""
+    if value is None:
+        return None
+    out = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in out):
+        raise ConfigError(f"TreeShare splits/strips={list(out)!r}: expected whole numbers >= 0, one per client")
+    return out
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -1,0 +1,78 @@
+"""Checkpoint cost against the number of rounds: history and ledger as journals (now) vs embedded in state.json.
+
+A real run of ROUNDS rounds (a tiny model, 2 clients, FedAvg; evaluation every 1000 rounds) checkpoints every EVERY
+rounds; each checkpoint's state.json size and the time ``Checkpointer.after_round`` took are recorded. The
+*embedded* contender is the same Checkpointer with no journals (what fedcore did before issue 29: the whole history
+and ledger inside every state.json). The two runs are interleaved (journal, embedded, embedded, journal) and the
+figures at the first and the last checkpoints printed: flat is journal's last/first ratio near 1.
+
+    python benchmarks/checkpoint_history.py [ROUNDS] [EVERY]     # default 10000 1000
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from fedcore.builtin import FedAvg, SGDUpdate, UniformSync
+from fedcore.engine.checkpoint import STATE, Checkpointer, list_checkpoints
+from fedcore.testing import ContractFixture, run_tiny_pipeline
+
+
+class EmbeddedCheckpointer(Checkpointer):
+    """The pre-journal layout: history and ledger inside every state.json."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.journals = {}
+
+
+def run(kind: str, rounds: int, every: int) -> list[tuple[int, int, float]]:
+    """``(round, state.json bytes, seconds in after_round)`` per checkpoint."""
+    seen: list[tuple[int, int, float]] = []
+    with tempfile.TemporaryDirectory() as root:
+        cls = Checkpointer if kind == "journal" else EmbeddedCheckpointer
+        checkpointer = cls(Path(root), every=every, keep=1)
+        inner = checkpointer.after_round
+
+        def timed(engine, *, wall_s):
+            start = time.perf_counter()
+            path = inner(engine, wall_s=wall_s)
+            took = time.perf_counter() - start
+            if path is not None:
+                seen.append((engine.run_ctx.server.version, (path / STATE).stat().st_size, took))
+            return path
+
+        checkpointer.after_round = timed
+        run_tiny_pipeline([SGDUpdate(lr=0.05, epochs=1), UniformSync(fraction=1.0), FedAvg()], rounds=rounds,
+                          fixture=ContractFixture(num_clients=2), checkpoint=checkpointer, eval_every=1000)
+        assert len(list_checkpoints(root)) == 1
+    return seen
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    every = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
+    torch.set_num_threads(1)
+    print(f"checkpoint cost vs rounds: {rounds} rounds, a checkpoint every {every}; load {os.getloadavg()[0]:.2f}")
+    results: dict[str, list[list[tuple[int, int, float]]]] = {"journal": [], "embedded": []}
+    for order in (("journal", "embedded"), ("embedded", "journal")):
+        for kind in order:
+            results[kind].append(run(kind, rounds, every))
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    for kind, runs in results.items():
+        first, last = runs[0][0], runs[0][-1]
+        t_first = statistics.median(r[0][2] for r in runs)
+        t_last = statistics.median(r[-1][2] for r in runs)
+        print(f"{kind:9s} round {first[0]:>6}: state.json {first[1] / 1024:8.1f} KiB, {t_first * 1e3:7.1f} ms | "
+              f"round {last[0]:>6}: {last[1] / 1024:8.1f} KiB, {t_last * 1e3:7.1f} ms | "
+              f"last/first size {last[1] / first[1]:.2f}, time {t_last / t_first:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""One writer per run directory (issue 29, item 1): a second ``fedcore run`` on a live run directory is refused
+naming the holder; a dead holder's lock is no obstacle; a killed sweep takes its cells with it.
+
+Each case runs real ``fedcore`` processes through the battery's harness; the live writer is held still with
+SIGSTOP while the second one tries, so the race is decided by the lock and not by timing."""
+import os
+import signal
+import time
+
+from battery import alive, config_text, fedcore, rows_of, start, status_of, wait_rows
+import pytest
+
+from fedcore.experiment import run_sweep
+from fedcore.experiment.run_lock import RunLock
+from fedcore.experiment.sweep_spec import load_sweep_spec
+
+ROUNDS = 5
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(config_text("sync", rounds=ROUNDS, epochs=2))
+    run_dir = tmp_path / "run"
+    first = start(["run", str(config), "--out", str(run_dir)])
+    try:
+        wait_rows(run_dir, 1, first)
+        os.kill(first.pid, signal.SIGSTOP)  # alive, holding the lock, writing nothing
+        for args in (["run", "--resume", str(run_dir)], ["run", str(config), "--out", str(run_dir), "--overwrite"]):
+            second = fedcore(*args, "--progress", "none")
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 2, second.stderr
+            assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "fedcore: error:" in lines[0], lines
+        os.kill(first.pid, signal.SIGKILL)  # the holder dies holding the lock
+        os.kill(first.pid, signal.SIGCONT)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert (run_dir / ".lock").read_text().strip() == str(first.pid)  # the stale pid is still in the file
+    resumed = fedcore("run", "--resume", str(run_dir), "--progress", "none")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["round"] for r in rows_of(run_dir)] == list(range(ROUNDS))  # one row per round
+    assert status_of(run_dir)["state"] == "finished"
+
+
+SWEEP = config_text("sync", rounds=ROUNDS, epochs=4) + '\n[sweep]\nseeds = 2\n'
+
+
+def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text(SWEEP)
+    out = tmp_path / "sweep"
+    sweep = start(["sweep", str(config), "--jobs", "2", "--out", str(out)])
+    cells = [out / cell.dirname for cell in load_sweep_spec(config).cells()]
+    try:
+        for cell in cells:
+            wait_rows(cell, 1, sweep)
+        if sweep.poll() is not None:
+            pytest.fail(f"the sweep ended before it was killed: {sweep.stderr.read()[-2000:]}")
+        pids = [int((cell / ".lock").read_text()) for cell in cells]
+        assert all(alive(pid) for pid in pids)
+        os.kill(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids), "a cell outlived its sweep"
+    assert all(status_of(cell)["state"] in ("interrupted", "running") for cell in cells)
+    resumed = fedcore("sweep", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    for cell in cells:
+        assert [r["round"] for r in rows_of(cell)] == list(range(ROUNDS)) and status_of(cell)["state"] == "finished"
+
+
+def test_a_resumed_sweep_puts_no_second_writer_on_a_live_cell(tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text(SWEEP.replace("epochs = 4", "epochs = 1").replace("rounds = 5", "rounds = 2"))
+    out = tmp_path / "sweep"
+    first = run_sweep(config, out=out)
+    live = first.cells[0].run_dir
+    (live / "status.json").write_text((live / "status.json").read_text().replace('"finished"', '"running"'))
+    before = (live / "metrics.jsonl").read_bytes()
+    with RunLock(live):  # a live writer (this process) holds the cell
+        again = run_sweep(config, out=out)
+    states = {c.run_dir: c for c in again.cells}
+    assert states[live].state == "failed" and f"pid {os.getpid()}" in states[live].error
+    assert (live / "metrics.jsonl").read_bytes() == before  # nothing written under the live writer
+    assert states[first.cells[1].run_dir].state == "skipped"
