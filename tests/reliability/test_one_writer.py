@@ -17,6 +17,7 @@ from fedcore.experiment.sweep_spec import load_sweep_spec
 ROUNDS = 5
 
 
+@pytest.mark.integration
 def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(config_text("sync", rounds=ROUNDS, epochs=2))
@@ -47,6 +48,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is
 SWEEP = config_text("sync", rounds=ROUNDS, epochs=4) + '\n[sweep]\nseeds = 2\n'
 
 
+@pytest.mark.integration
 def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_path):
     config = tmp_path / "s.toml"
     config.write_text(SWEEP)
@@ -70,13 +72,14 @@ def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_p
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in pids), "a cell outlived its sweep"
-    assert all(status_of(cell)["state"] in ("interrupted", "running") for cell in cells)
+    assert all(status_of(cell)["state"] in ("interrupted", "running") for cell in cells), [status_of(c) for c in cells]
     resumed = fedcore("sweep", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     for cell in cells:
         assert [r["round"] for r in rows_of(cell)] == list(range(ROUNDS)) and status_of(cell)["state"] == "finished"
 
 
+@pytest.mark.integration
 def test_a_resumed_sweep_puts_no_second_writer_on_a_live_cell(tmp_path):
     config = tmp_path / "s.toml"
     config.write_text(SWEEP.replace("epochs = 4", "epochs = 1").replace("rounds = 5", "rounds = 2"))

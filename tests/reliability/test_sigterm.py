@@ -4,12 +4,14 @@ import os
 import signal
 
 from battery import comparable, config_text, fedcore, rows_of, start, status_of, wait_rows
+import pytest
 
 from fedcore.cli import main
 
 ROUNDS = 5
 
 
+@pytest.mark.integration
 def test_sigterm_leaves_an_interrupted_resumable_run(tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text(config_text("buffered", rounds=ROUNDS, epochs=3))
