@@ -386,7 +386,7 @@ class Pipeline:
             eval_every: int = 1, executor: Any = None, clock: Any = None, profiles: Sequence[str | None] | None = None,
             out_dir: Any = None, on_round: Any = None, faults: Any = None, checkpoint: Any = None,
             device: Any = None, precision: str = "fp32", client_metrics: bool = False,
-            update_norm_bound: float = 100.0) -> RunResult:
+            update_norm_bound: float = 0.0) -> RunResult:
         """Run the pipeline; returns a :class:`fedcore.engine.history.RunResult`. ``model`` is trained in place.
 
         ``clock`` (``fedcore.runtime.SimClock``) gives every job virtual time on its client's device

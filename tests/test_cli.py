@@ -95,7 +95,8 @@ def test_run_fills_the_run_directory_and_its_config_repeats_the_run(capsys, tmp_
     model = fedcore.plugins.lookup("tiny-mlp", kind="model").obj(num_classes=4)
     model.load_state_dict(state)  # the final model loads into the architecture named in the config
     assert list((out_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert [p.name for p in sorted((out_dir / "checkpoints").iterdir())] == ["round-000002", "round-000003"]
+    assert [p.name for p in sorted((out_dir / "checkpoints").iterdir())] == [
+        "history.jsonl", "ledger.jsonl", "round-000002", "round-000003"]  # the journals the checkpoints refer to
 
     again = tmp_path / "again"
     rc, _, _ = run_cli(capsys, "run", out_dir / "config.toml", "--out", again, "--progress", "none")

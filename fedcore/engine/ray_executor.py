@@ -138,8 +138,9 @@ class RayExecutor:
             import ray
         except ImportError:
             raise ConfigError("RayExecutor needs Ray: pip install 'fedcore[ray]'") from None
-        if init_ray(address=self.address, num_cpus=max(1, int(self.num_workers * self.cpus_per_worker + 0.999)),
-                    bind=self.bind, **self.init_kwargs):
+        kwargs = dict(self.init_kwargs)  # a num_cpus given there wins over the workers' sum
+        cpus = kwargs.pop("num_cpus", max(1, int(self.num_workers * self.cpus_per_worker + 0.999)))
+        if init_ray(address=self.address, num_cpus=cpus, bind=self.bind, **kwargs):
             self._started_ray = True
         actor = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_Worker)
         data_ref = ray.put(dataset)

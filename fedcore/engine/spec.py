@@ -40,7 +40,7 @@ class RunSpec:
     device: Any = None
     precision: str = "fp32"
     client_metrics: bool = False
-    update_norm_bound: float = 100.0
+    update_norm_bound: float = 0.0
     """Reject an update whose delta norm exceeds this many times the round's median (0 = off; update_norms.py)."""
 
     def __attrs_post_init__(self) -> None:

@@ -76,7 +76,7 @@ class EngineParts:
     submit: Callable[[Any], list[Any]] | None  # a parallel executor's submit(jobs) -> handles, or None
     eval_every: int
     client_metrics: bool = False  # rows carry every aggregated update's metrics (RunSpec.client_metrics)
-    update_norm_bound: float = 100.0  # reject an update this many times the round's median change (update_norms.py)
+    update_norm_bound: float = 0.0  # reject an update this many times the round's median change (update_norms.py)
 
 
 @attrs.frozen(kw_only=True, eq=False)

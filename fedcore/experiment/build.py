@@ -346,7 +346,9 @@ def build_model(p: Plan, settings: Mapping[str, Any]) -> torch.nn.Module:
         model = p.model.obj(**settings)
     except ImportError as exc:  # a plugin's factory imports its libraries when it builds: name the plugin
         raise ConfigError(fedcore.plugins.missing_library(p.model, exc)) from None
-    except (TypeError, ValueError, RuntimeError, OverflowError, FedcoreError) as exc:  # e.g. hidden = -5
+    except FedcoreError as exc:  # fedcore's own message already names the setting
+        raise ConfigError(f"model {p.model.name}: {str(exc).splitlines()[0]}") from None
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # a library's, e.g. hidden = -5: show them
         shown = ", ".join(f"{k} = {v!r}" for k, v in settings.items() if isinstance(v, (int, float, str, bool)))
         raise ConfigError(f"model {p.model.name} ({shown}): {str(exc).splitlines()[0]}") from None
     if p.lora is not None:  # [model.lora] travels with the model to the component that injects it

@@ -72,7 +72,8 @@ def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_p
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in pids), "a cell outlived its sweep"
-    assert all(status_of(cell)["state"] in ("interrupted", "running") for cell in cells), [status_of(c) for c in cells]
+    states = [status_of(cell)["state"] for cell in cells]  # a loaded machine may let one cell finish first
+    assert set(states) <= {"interrupted", "running", "finished"} and set(states) - {"finished"}, states
     resumed = fedcore("sweep", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     for cell in cells:

@@ -13,7 +13,7 @@ from battery import comparable, config_text, rows_of, status_of
 import pytest
 
 from fedcore.cli import main
-from fedcore.engine import checkpoint as checkpoint_module
+from fedcore.engine import checkpoint_files as checkpoint_module  # where checkpoints are written
 from fedcore.engine.checkpoint import JOURNALS, list_checkpoints, read_checkpoint
 from fedcore.experiment.runner import prepare, run_experiment
 

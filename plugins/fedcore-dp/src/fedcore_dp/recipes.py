@@ -6,7 +6,7 @@ from fedcore import Recipe
 _UNIFORM = {"aggregate": {"name": "fedavg", "weighting": "uniform"}}
 
 RECIPES: dict[str, Recipe] = {
-    "dp-fedavg": Recipe(slots=_UNIFORM, plugins=("dp-fedavg",),
+    "dp-fedavg": Recipe(slots=_UNIFORM, plugins=("dp-fedavg",), learning={"rounds": 10},  # noise: 5 rounds = 0.50
                         help="DP-FedAvg (McMahan et al. 2018): clipped client changes, central Gaussian noise, "
                              "RDP accounting"),
     "dp-fedavg-adaptive": Recipe(slots=_UNIFORM, plugins=({"name": "dp-fedavg", "clipping": "adaptive"},),
