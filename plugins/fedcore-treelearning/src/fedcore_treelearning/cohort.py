@@ -38,6 +38,7 @@ from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import JobPlan, Message, upload_messages
 from fedcore_split import INPUT_GRAD, LABELS, SMASHED
+from fedcore_treelearning.share import TreeShare
 from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, UnitRange, unit_entries
 
 SCHEDULES = ("pipelined", "sync", "round-robin")
@@ -92,7 +93,7 @@ class TreeCohort:
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
         share = pipeline.provider("split")
-        if type(share).__name__ != "TreeShare":
+        if not isinstance(share, TreeShare):
             raise ConfigError(f"TreeCohort trains tree shares; the split slot holds {type(share).__name__}: use "
                               f"split = \"tl-share\" (or a recipe: tree-learning, sl-round-robin, ...)")
         if self.schedule == "round-robin" and share.mode == VERTICAL:
