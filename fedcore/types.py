@@ -80,7 +80,9 @@ class Share:
     ``endpoint`` is the server side of a split model (split learning); ``None`` when the client
     holds everything it runs. ``meta`` records the shape of the share (cut layer, rank, mask)
     for the cost model and the history, and reaches the aggregator as ``ClientUpdate.meta`` (a sliced
-    submodel's index map, a client's LoRA rank). ``kinds`` labels entries that are not weights (features,
+    submodel's index map, a client's LoRA rank). What one component tells another of the same method goes in as a
+    typed attrs record under the method's key, read back with ``isinstance``, not as a string-keyed dict (a record
+    is checkpointed field by field with the updates in flight). ``kinds`` labels entries that are not weights (features,
     logits) with their ledger kind; unlisted entries cross as ``weights``. ``signature`` names the version
     of the share's shape (a LoRA share: its stage and rank); the engine copies it into
     ``ClientUpdate.share_signature`` so that ``fedcore_adapt_update`` can tell a stale update made for another

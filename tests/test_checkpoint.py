@@ -100,6 +100,46 @@ def test_encode_roundtrip_without_pickle():
         encode({"fn": lambda: 0}, "root", {})
 
 
+@attrs.frozen(kw_only=True)
+class Inner:
+    """A typed meta record, as a plugin's share would put into ``Share.meta``."""
+
+    index: tuple[int, ...] = attrs.field(converter=tuple)
+    weights: torch.Tensor
+
+
+@attrs.frozen(kw_only=True)
+class Outer:
+    inner: Inner
+    phase: str
+    _private: int = 0
+    note: dict = attrs.field(factory=dict)
+
+
+def test_attrs_records_roundtrip_field_by_field_into_their_own_class():
+    value = {"meta": Outer(inner=Inner(index=[2, 5], weights=torch.ones(3)), phase="mask", private=4,
+                           note={7: (1, 2)})}
+    tensors = {}
+    text = json.dumps(encode(value, "root", tensors))
+    assert f"{Outer.__module__}:Outer" in text and set(tensors) == {"root/meta/inner/weights"}  # no pickle
+    back = decode(json.loads(text), tensors)["meta"]
+    assert type(back) is Outer and type(back.inner) is Inner
+    assert back.inner.index == (2, 5) and torch.equal(back.inner.weights, torch.ones(3))
+    assert back.phase == "mask" and back._private == 4 and back.note == {7: (1, 2)}
+
+
+def test_a_record_whose_class_is_not_loaded_is_one_error():
+    encoded = encode(Inner(index=[1], weights=torch.zeros(1)), "root", tensors := {})
+    encoded["__record__"] = "fedcore_not_installed.meta:Inner"
+    with pytest.raises(CheckpointError, match=r"holds a fedcore_not_installed.meta:Inner record, a class this run "
+                                              r"has not loaded"):
+        decode(encoded, tensors)
+    encoded["__record__"] = f"{Inner.__module__}:Inner"
+    encoded["fields"]["colour"] = "red"
+    with pytest.raises(CheckpointError, match=r"record does not fit its class today"):
+        decode(encoded, tensors)
+
+
 def test_resume_gives_the_same_history_model_and_plugin_state(tmp_path):
     full = engine().run()
     resumed = interrupted_then_resumed(tmp_path, engine, stop_after=2)

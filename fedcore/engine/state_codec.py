@@ -3,11 +3,15 @@
 Tensors become ``{"__tensor__": key}`` references into the tensor file; tuples, numpy arrays and dicts
 with non-string keys get tagged forms; objects with ``state_dict()``/``load_state_dict()`` (a server-side
 module or optimizer) are stored as their state and loaded back into the live object of the resumed run.
+Attrs records (a plugin's typed ``Share.meta``, e.g. on an update still in flight) are stored field by
+field with their class's name and rebuilt from that class, which the resumed run must already have imported
+(its plugin is loaded before the checkpoint is read; nothing is imported by name from a checkpoint).
 Anything else is an error that names where the value sits.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+import sys
 from typing import Any
 
 import attrs
@@ -57,10 +61,15 @@ def encode(value: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
         return {"__state_dict__": encode(value.state_dict(), path, tensors),
                 "type": f"{type(value).__module__}.{type(value).__qualname__}"}
+    if attrs.has(type(value)):
+        cls = type(value)
+        return {"__record__": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f.alias: encode(getattr(value, f.name), f"{path}/{f.name}", tensors)
+                           for f in attrs.fields(cls) if f.init}}
     raise CheckpointError(
         f"cannot checkpoint {path}: a {type(value).__module__}.{type(value).__qualname__}; checkpointed values must be "
-        f"JSON values (numbers, strings, lists, dicts), tensors, numpy arrays, or objects with state_dict() and "
-        f"load_state_dict()")
+        f"JSON values (numbers, strings, lists, dicts), tensors, numpy arrays, attrs records, or objects with "
+        f"state_dict() and load_state_dict()")
 
 
 def decode(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
@@ -82,7 +91,24 @@ def decode(value: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
         return {_hashable(decode(k, tensors)): decode(v, tensors) for k, v in value["__items__"]}
     if "__state_dict__" in value:
         return StateDictValue(decode(value["__state_dict__"], tensors), value["type"])
+    if "__record__" in value:
+        return _record(value["__record__"], decode(value["fields"], tensors))
     return {k: decode(v, tensors) for k, v in value.items()}
+
+
+def _record(name: str, fields: dict[str, Any]) -> Any:
+    """A record of the attrs class ``module:qualname`` from the modules this run has imported; else one error."""
+    module, _, qualname = name.partition(":")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if not (isinstance(found, type) and attrs.has(found)):
+        raise CheckpointError(f"the checkpoint holds a {name} record, a class this run has not loaded; resume with "
+                              f"the plugin that defines it installed and in the pipeline")
+    try:
+        return found(**fields)
+    except (TypeError, ValueError, FedcoreError) as exc:
+        raise CheckpointError(f"the checkpoint's {name} record does not fit its class today: {exc}") from None
 
 
 def _hashable(key: Any) -> Any:

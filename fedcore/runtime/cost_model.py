@@ -109,6 +109,9 @@ def _digest(value: Any) -> Any:
         return tuple(_digest(v) for v in value)
     if isinstance(value, Mapping):
         return tuple(sorted((str(k), _digest(v)) for k, v in value.items()))
+    if attrs.has(type(value)):  # a typed meta record: its class and fields (a tensor field by content, not repr)
+        fields = attrs.fields(type(value))
+        return (type(value).__qualname__, *((f.name, _digest(getattr(value, f.name))) for f in fields))
     return repr(value)
 
 

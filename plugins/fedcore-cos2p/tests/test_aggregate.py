@@ -6,7 +6,7 @@ import torch
 from fedcore.contexts import RoundContext, RunContext
 from fedcore.types import ClientUpdate, ServerState
 from fedcore_cos2p import Cos2pAggregate, gamma, segment_ids
-from fedcore_cos2p.coords import spec_to_json
+from fedcore_cos2p.submodel import SUBMODEL, Cos2pSubmodel
 from fedcore_pruning import PrunableViT, SubmodelMismatchError, SubmodelSpec, ViTShape, extract
 
 SHAPE = ViTShape(img_size=8, patch_size=4, embed_dim=8, depth=2, num_heads=2, mlp_hidden=8, num_classes=3)
@@ -50,7 +50,9 @@ def client_update(m, spec, cid, step, *, staleness=0):
     teacher = {f"exits.{spec.exits[-1]}.{leaf}": v for leaf, v in
                (("norm.weight", torch.ones(8)), ("norm.bias", torch.zeros(8)),
                 ("head.weight", torch.full((3, 8), float(cid))), ("head.bias", torch.zeros(3)))}
-    meta = {"cos2p": {"spec": spec_to_json(spec), "teacher": spec.exits[-1]}}
+    meta = {SUBMODEL: Cos2pSubmodel(spec=spec, phase="weight", budget=1.0, width=1.0, offsets=[spec.exits[-1]],
+                                    teacher=spec.exits[-1], residual_masks=True, budget_counts_inputs=True,
+                                    mask_init=3.0)}
     return ClientUpdate(client_id=cid, tensors={**{k: tensors[k] for k in names}, **teacher},
                         base={k: base[k] for k in names}, num_examples=10 + cid, meta=meta, staleness=staleness)
 
@@ -86,8 +88,8 @@ def test_an_update_whose_index_map_does_not_match_the_global_model_is_refused_an
     spec = SubmodelSpec.build(SHAPE, window_start=0, window_length=1, exits=[1], head=False)
     good = client_update(m, spec, 0, 0.1)
     other = ViTShape(img_size=8, patch_size=4, embed_dim=8, depth=2, num_heads=2, mlp_hidden=16, num_classes=3)
-    wrong = attrs.evolve(good, client_id=1, meta={"cos2p": {**good.meta["cos2p"],
-                                                            "spec": spec_to_json(SubmodelSpec.full(other))}})
+    wrong = attrs.evolve(good, client_id=1, meta={SUBMODEL: attrs.evolve(good.meta[SUBMODEL],
+                                                                         spec=SubmodelSpec.full(other))})
     before = {k: v.clone() for k, v in m.state_dict().items()}
     with pytest.raises(SubmodelMismatchError, match="cut from a ViT of shape"):
         Cos2pAggregate().fedcore_aggregate(model=m, updates=[good, wrong], ctx=ctx(m))

@@ -3,9 +3,9 @@
     γ_u^i = ‖Δ_u^i‖₁ / (‖w_q^i − w_{q−τ_u}^i‖₁ + size(w^i))                       (Eq. 4)
     w(e) ← w(e) − η_s Σ_u m_u(e) γ_u^{seg(e)} Δ_u(e) / Σ_u m_u(e) γ_u^{seg(e)}     (Eq. 5)
 
-Δ_u = w_start − w_end in global coordinates (the client's upload scattered back through the spec in its
-``meta``), m_u the elements it trained, w_{q−τ} the model it was sent (its ``base``); norms and sizes run
-over the client's trained elements of the segment (spec 004 §1.6). Segments: a head's qkv rows, one
+Δ_u = w_start − w_end in global coordinates (the client's upload scattered back through the spec of the
+``Cos2pSubmodel`` in its meta), m_u the elements it trained, w_{q−τ} the model it was sent (its ``base``); norms
+and sizes run over the client's trained elements of the segment (spec 004 §1.6). Segments: a head's qkv rows, one
 output row of proj / fc1 / fc2, every other tensor whole. ``weighting="uniform"`` is the FedRolex /
 HeteroFL count average; an update without a submodel description is a whole-model update. The
 final ``norm`` + ``head`` are an eval-only head: the sample-weighted mean of every client's latest
@@ -27,7 +27,8 @@ from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import AggregateResult, ClientUpdate, TensorDict, Upload
-from fedcore_cos2p.coords import check_same_model, shape_of, spec_from_json, trained_mask, zeros_like_global
+from fedcore_cos2p.coords import check_same_model, shape_of, trained_mask, zeros_like_global
+from fedcore_cos2p.submodel import submodel_of
 from fedcore_pruning import SubmodelMismatchError, ViTShape, masked_weighted_delta, scatter
 
 EVAL_HEADS: StashKey[dict[str, dict[str, Any]]] = StashKey("cos2p.eval_heads")
@@ -71,26 +72,25 @@ class GlobalUpdate:
 
 def to_global(update: ClientUpdate, global_state: Mapping[str, torch.Tensor], vit: ViTShape) -> GlobalUpdate:
     """The update's Δ, trained-element mask and base in global coordinates; a mismatch is one error."""
-    info = update.meta.get("cos2p")
-    if not isinstance(info, Mapping) or "spec" not in info:  # a whole-model update: every entry it sends
+    info = submodel_of(update.meta)
+    if info is None:  # a whole-model update: every entry it sends
         names = [k for k in update.tensors if k in update.base]
         for k in names:
             if k not in global_state or update.tensors[k].shape != global_state[k].shape:
                 raise SubmodelMismatchError(
-                    f"the update of client {update.client_id} carries no Co-S2P submodel description (meta['cos2p']) "
+                    f"the update of client {update.client_id} carries no Co-S2P submodel description (Cos2pSubmodel) "
                     f"and its entry {k} does not fit the global model; pair cos2p-aggregate with cos2p-share")
         return GlobalUpdate(delta={k: update.base[k] - update.tensors[k] for k in names},
                             mask={k: torch.ones_like(update.tensors[k], dtype=torch.bool) for k in names},
                             base={k: update.base[k] for k in names}, staleness=int(update.staleness))
-    sent = spec_from_json(info["spec"], vit)
+    sent, trained = info.checked(vit).spec, info.trained_spec
     check_same_model(sent, global_state)
-    trained = spec_from_json(update.meta.get("cos2p_trained", info["spec"]), vit)
     names = [k for k in update.tensors if not k.startswith("exits.")]
     lacking = [k for k in names if k not in update.base]
     if lacking:
         raise SubmodelMismatchError(f"the update of client {update.client_id} has no base for {lacking[:4]}")
     delta_sub = {k: update.base[k] - update.tensors[k] for k in names}
-    if update.meta.get("cos2p_coords") == "global":
+    if info.global_coordinates:
         for k, v in delta_sub.items():
             if k not in global_state or v.shape != global_state[k].shape:
                 raise SubmodelMismatchError(f"the update of client {update.client_id}: {k} does not fit the global "
@@ -110,7 +110,7 @@ class Cos2pAggregate:
     """Staleness- and magnitude-aware element-wise merge of submodel deltas, plus the eval-only head."""
 
     merges: ClassVar[Upload] = Upload.SUBMODEL
-    """Co-S2P's sliced submodels (``meta["cos2p"]``), mapped back to global coordinates."""
+    """Co-S2P's sliced submodels (a ``Cos2pSubmodel`` in the meta), mapped back to global coordinates."""
 
     weighting: str = setting("gamma", choices=("gamma", "uniform", "samples"),
                              help="Eq. 4 γ (Co-S2P), per-element count average (FedRolex/HeteroFL) or sample counts")
@@ -141,7 +141,7 @@ class Cos2pAggregate:
 
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
-        """It reads Co-S2P's submodel description (``meta["cos2p"]``), which only ``cos2p-share`` writes."""
+        """It reads Co-S2P's submodel description (``Cos2pSubmodel``), which only ``cos2p-share`` writes."""
         from fedcore_cos2p.share import Cos2pShare
 
         split = pipeline.provider("split")
@@ -167,9 +167,10 @@ class Cos2pAggregate:
         stored = ctx.server.stash.get(EVAL_HEADS)
         heads = dict(stored) if stored is not None else {}
         for u in updates:
-            if "cos2p" not in u.meta:
+            info = submodel_of(u.meta)
+            if info is None:
                 continue
-            prefix = f"exits.{u.meta['cos2p']['teacher']}."
+            prefix = f"exits.{info.teacher}."
             if all(prefix + leaf in u.tensors for leaf in HEAD_LEAVES):
                 heads[str(u.client_id)] = {"n": int(u.num_examples),
                                            **{leaf: u.tensors[prefix + leaf].detach().clone() for leaf in HEAD_LEAVES}}

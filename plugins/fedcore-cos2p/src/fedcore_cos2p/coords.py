@@ -1,44 +1,19 @@
-"""Submodel coordinates on the wire: a ``SubmodelSpec`` as plain JSON (share and update ``meta``, checkpoints),
-the global tensor shapes a spec's blocks need, and the element mask of what a spec trains.
+"""Submodel coordinates: the global tensor shapes a spec's blocks need, and the element mask of what a spec trains.
 
-A client's upload is in the coordinates of the submodel it was sent; the aggregator rebuilds the spec
-from ``meta`` and maps the upload back into global coordinates with the substrate's ``scatter``.
+A client's upload is in the coordinates of the submodel it was sent; the aggregator takes that spec from the
+update's :class:`~fedcore_cos2p.submodel.Cos2pSubmodel` and maps the upload back into global coordinates with the
+substrate's ``scatter``.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-import attrs
 import torch
 
 from fedcore.errors import ConfigError
 from fedcore_pruning import SubmodelMismatchError, SubmodelSpec, ViTShape, index_map, trainable_names
 
 PART_FIELDS = ("heads", "hidden", "attn_out", "mlp_out")
-
-
-def spec_to_json(spec: SubmodelSpec) -> dict[str, Any]:
-    return {"shape": attrs.asdict(spec.shape), "window_start": spec.window_start,
-            "window_length": spec.window_length,
-            "blocks": {f: [list(getattr(k, f)) for k in spec.blocks] for f in PART_FIELDS},
-            "classes": list(spec.classes), "exits": list(spec.exits), "head": spec.head}
-
-
-def spec_from_json(data: Mapping[str, Any], shape: ViTShape | None = None) -> SubmodelSpec:
-    """The spec of ``data``; with ``shape`` (the global model's) a spec built for another model is an error."""
-    try:
-        own = ViTShape(**data["shape"])
-        if shape is not None and attrs.asdict(own) != attrs.asdict(shape):
-            raise SubmodelMismatchError(f"the update's submodel was cut from a ViT of shape {attrs.asdict(own)}; "
-                                        f"the global model is {attrs.asdict(shape)}")
-        blocks = data["blocks"]
-        return SubmodelSpec.build(shape or own, window_start=int(data["window_start"]),
-                                  window_length=int(data["window_length"]),
-                                  **{f: blocks[f] for f in PART_FIELDS}, classes=data["classes"],
-                                  exits=data["exits"], head=bool(data["head"]))
-    except (KeyError, TypeError) as exc:
-        raise SubmodelMismatchError(f"the update's submodel description is malformed ({exc!r})") from None
 
 
 def global_shapes(shape: ViTShape, blocks: int) -> dict[str, tuple[int, ...]]:

@@ -9,9 +9,10 @@ deeper blocks removed. Width, by ``width``:
 * ``"rolling"`` (FedRolex) and ``"prefix"`` (HeteroFL) index rules over heads and MLP units, at full depth
   with ``depth="full"`` (their own baselines at equal trainable-parameter budget, see the README).
 
-``random_masks`` replaces learned parts by fixed random masks (Tab. 3's ablation). The share's
-``meta["cos2p"]`` carries the dispatched spec (JSON) and the phase; a stale update is mapped back to
-global coordinates by :meth:`fedcore_adapt_update`, because the global model's shapes are not the submodel's.
+``random_masks`` replaces learned parts by fixed random masks (Tab. 3's ablation). The share's meta carries
+a :class:`~fedcore_cos2p.submodel.Cos2pSubmodel` (the dispatched spec, the phase, the mask settings); a stale
+update is mapped back to global coordinates by :meth:`fedcore_adapt_update`, because the global model's shapes
+are not the submodel's.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from fedcore.errors import ConfigError
 from fedcore.settings import setting
 from fedcore.types import ClientInfo, ClientState, ClientUpdate, DropUpdate, Share, Upload
 from fedcore_cos2p.budgets import ClientBudget, check_budget
-from fedcore_cos2p.coords import shape_of, spec_from_json, spec_to_json, zeros_like_global
+from fedcore_cos2p.coords import shape_of, zeros_like_global
 from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, random_masks
+from fedcore_cos2p.submodel import SUBMODEL, Cos2pSubmodel, submodel_of
 from fedcore_pruning import (
     SubmodelSpec,
     ViTShape,
@@ -76,7 +78,7 @@ class Cos2pShare:
     """Rolling depth window plus structured width per client, sized by the client's resource budget R_n."""
 
     uploads: ClassVar[Upload] = Upload.SUBMODEL
-    """Sliced submodels (their index map in ``meta["cos2p"]``): only a submodel aggregator merges them."""
+    """Sliced submodels (described by the meta's ``Cos2pSubmodel``): only a submodel aggregator merges them."""
 
     budgets: dict[str, float] = attrs.field(factory=dict, converter=_budgets, metadata={
         "help": "device profile -> resource budget R_n in (0, 1] (the paper's Tab. 7)", "kind": dict})
@@ -181,17 +183,17 @@ class Cos2pShare:
         download = tuple(n for n in names if not n.startswith("exits."))
         teacher = f"exits.{spec.exits[-1]}."
         upload = tuple(sorted(trainable_names(spec))) + tuple(n for n in names if n.startswith(teacher))
-        meta = {"cos2p": {"spec": spec_to_json(spec), "phase": phase, "budget": plan.budget, "width": plan.width,
-                          "offsets": [spec.exits[i] - start for i in range(len(spec.exits))],
-                          "teacher": spec.exits[-1], "residual_masks": self.residual_masks,
-                          "budget_counts_inputs": self.budget_counts_inputs, "mask_init": self.mask_init,
-                          "fixed": {p: [kept_indices(m[b]) for b in range(blocks)] for p, m in fixed.items()}}}
-        return Share(module=module, download=download, upload=upload, meta=meta,
+        sent = Cos2pSubmodel(spec=spec, phase=phase, budget=plan.budget, width=plan.width,
+                             offsets=[spec.exits[i] - start for i in range(len(spec.exits))], teacher=spec.exits[-1],
+                             residual_masks=self.residual_masks, budget_counts_inputs=self.budget_counts_inputs,
+                             mask_init=self.mask_init,
+                             fixed={p: [kept_indices(m[b]) for b in range(blocks)] for p, m in fixed.items()})
+        return Share(module=module, download=download, upload=upload, meta={SUBMODEL: sent},
                      signature=f"cos2p:{phase}:{start}+{length}")
 
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
-        """Co-S2P's submodels (``meta["cos2p"]``) are not ``fedcore_pruning``'s: only its own aggregator reads them."""
+        """Co-S2P's submodels (``Cos2pSubmodel``) are not ``fedcore_pruning``'s: only its own aggregator reads them."""
         from fedcore_cos2p.aggregate import Cos2pAggregate
 
         aggregator = pipeline.provider("aggregate")
@@ -203,10 +205,10 @@ class Cos2pShare:
     def fedcore_adapt_update(self, update: ClientUpdate, model: nn.Module, ctx: RoundContext
                              ) -> ClientUpdate | DropUpdate | None:
         """A stale submodel update in global coordinates (the aggregator reads either), so it is not dropped."""
-        info = update.meta.get("cos2p")
-        if info is None or update.meta.get("cos2p_coords") == "global":
+        info = submodel_of(update.meta)
+        if info is None or info.global_coordinates:
             return None
-        spec = spec_from_json(info["spec"], shape_of(model))
+        spec = info.checked(shape_of(model)).spec
         own = model.state_dict()
 
         def to_global(values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -217,5 +219,5 @@ class Cos2pShare:
 
         tensors = to_global(update.tensors) | {k: v for k, v in update.tensors.items() if k.startswith("exits.")}
         return attrs.evolve(update, tensors=tensors, base=to_global(update.base),
-                            meta={**update.meta, "cos2p_coords": "global"})
+                            meta={**update.meta, SUBMODEL: attrs.evolve(info, global_coordinates=True)})
 

@@ -9,7 +9,7 @@ Exits never leave the client except the deepest one's values, from which the ser
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 import math
 from typing import Any, ClassVar
 
@@ -20,13 +20,15 @@ import torch.nn.functional as F
 import fedcore
 from fedcore import RoundContext
 from fedcore.data import batches
+from fedcore.errors import ConfigError
 from fedcore.runtime import book_samples
 from fedcore.settings import setting
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Share, upload_messages
-from fedcore_cos2p.coords import spec_from_json, spec_to_json, zeros_like_global
+from fedcore_cos2p.coords import zeros_like_global
 from fedcore_cos2p.distill import DIRECTIONS, self_distillation_loss
 from fedcore_cos2p.masks import PARTS, binarize, check_logits, initial_logits, kept_indices, kept_ratio, ste_sample
 from fedcore_cos2p.share import LOGITS, weight_scores
+from fedcore_cos2p.submodel import SUBMODEL, Cos2pSubmodel, submodel_of
 from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, extract, scatter
 
 EXITS = "cos2p.exit."  # client-state prefix of the personal exits, keyed by their offset inside the window
@@ -68,19 +70,19 @@ class Cos2pUpdate:
     kd_direction: str = setting("student_teacher", choices=DIRECTIONS, help="KL direction (paper: student‖teacher)")
     personal_exits: bool = setting(True, help="exits stay on the client across rounds (False: from the global head)")
 
-    def mask_phase(self, module: PrunableViT, spec: SubmodelSpec, info: Mapping[str, Any], data: ClientData,
+    def mask_phase(self, module: PrunableViT, spec: SubmodelSpec, info: Cos2pSubmodel, data: ClientData,
                    state: ClientState, ctx: RoundContext) -> tuple[dict[str, torch.Tensor], float]:
         """Learn the logits of the held blocks (Eq. 2), store them, return the binarized global masks."""
         shape, blocks = spec.shape, spec.kept_depth
         fixed = {p: torch.zeros(blocks, n) for p, n in (("heads", shape.num_heads), ("hidden", shape.mlp_hidden),
                                                          ("attn_out", shape.embed_dim), ("mlp_out", shape.embed_dim))
-                 if p in info["fixed"]}
+                 if p in info.fixed}
         for p in fixed:
-            for b, idx in enumerate(info["fixed"][p]):
+            for b, idx in enumerate(info.fixed[p]):
                 fixed[p][b, list(idx)] = 1.0
-        residual = bool(info["residual_masks"])
+        residual = info.residual_masks
         learned = [p for p in PARTS if p not in fixed and (residual or p in ("heads", "hidden"))]
-        init = initial_logits(shape, float(info["mask_init"]))
+        init = initial_logits(shape, info.mask_init)
         logits = {p: state.tensors.get(LOGITS + p, init[p]).clone().float() for p in PARTS}
         check_logits(logits, shape)
         held = {p: logits[p][:blocks].clone().requires_grad_(True) for p in learned}
@@ -90,7 +92,7 @@ class Cos2pUpdate:
             param.requires_grad_(False)
         opt = _adan(list(held.values()), self.mask_lr)
         gen = ctx.rng("cos2p-mask")
-        width, inputs = float(info["width"]), bool(info["budget_counts_inputs"])
+        width, inputs = info.width, info.budget_counts_inputs
         last = 0.0
         for _ in range(self.mask_epochs):
             for x, y in batches(data.dataset, data.indices, self.batch_size, generator=gen):
@@ -150,10 +152,11 @@ class Cos2pUpdate:
         (:func:`fedcore.runtime.book_samples`), so the clock prices ``(mask epochs + epochs) x samples`` of training
         at the share's FLOPs per sample (a mask epoch, weights frozen and masks trained, is priced as a weight
         epoch)."""
-        if "cos2p" not in share.meta:
+        info = submodel_of(share.meta)
+        if info is None:
             return None
         per_epoch = math.ceil(samples / self.batch_size)
-        mask = self.mask_epochs if share.meta["cos2p"]["phase"] == "mask" else 0
+        mask = self.mask_epochs if info.phase == "mask" else 0
         return JobPlan(messages=upload_messages(share), train_samples=(mask + self.epochs) * samples,
                        num_examples=samples,
                        steps=(mask + self.epochs) * per_epoch, batch_size=min(self.batch_size, max(samples, 1)))
@@ -161,13 +164,16 @@ class Cos2pUpdate:
     @fedcore.hookimpl
     def fedcore_local_update(self, client: ClientInfo, share: Share, data: ClientData, state: ClientState,
                              ctx: RoundContext) -> ClientUpdate:
-        info = share.meta["cos2p"]
+        info = submodel_of(share.meta)
+        if info is None:
+            raise ConfigError("cos2p-update trains the submodels of cos2p-share; this share carries no Cos2pSubmodel "
+                              "(use split = \"cos2p-share\")")
         module = share.module
         assert isinstance(module, PrunableViT)
         spec = module.spec
         metrics: dict[str, float] = {}
         sub = module
-        if info["phase"] == "mask":
+        if info.phase == "mask":
             masks, metrics["mask_loss"] = self.mask_phase(module, spec, info, data, state, ctx)
             kept = {p: [list(kept_indices(masks[p][b])) for b in range(spec.kept_depth)] for p in PARTS}
             trained = SubmodelSpec.build(spec.shape, window_start=spec.window_start,
@@ -177,7 +183,7 @@ class Cos2pUpdate:
             sub.load_state_dict({k: v for k, v in module.state_dict().items() if k.startswith("exits.")},
                                 strict=False)
         else:
-            trained = spec_from_json(info["spec"], spec.shape)
+            trained = info.spec
         self.load_exits(sub, spec.window_start, state)
         params = [p for p in sub.parameters() if p.requires_grad]
         opt = _adan(params, self.lr)
@@ -203,5 +209,5 @@ class Cos2pUpdate:
                       **{k: v for k, v in sub.state_dict().items() if k.startswith("exits.")}}
         metrics["loss"] = total / max(count, 1)
         return ClientUpdate.from_share(share, values, num_examples=len(data), metrics=metrics,
-                                       meta={"cos2p_trained": spec_to_json(trained)})
+                                       meta={SUBMODEL: attrs.evolve(info, trained=trained)})
 
