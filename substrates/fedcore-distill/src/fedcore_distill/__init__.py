@@ -7,8 +7,6 @@ Components: ``edge-share`` (split), ``edge-kd-train`` (local update), ``kd-serve
 """
 from __future__ import annotations
 
-from typing import Any
-
 from fedcore_distill.costs import bytes_by_kind, forward_macs, num_params, train_macs
 from fedcore_distill.edge import EDGE_OPTIMIZER, EdgeKDTrain, augment, fetch
 from fedcore_distill.evaluate import KDEval, server_heads
@@ -55,7 +53,7 @@ __all__ = [
     "KDSystem", "PGroupPartition", "augment", "bytes_by_kind", "check_feature_shapes", "class_to_group",
     "cut_resnet", "edge_model", "edge_of", "edge_resnet", "fedavg_cnn_model", "fedavg_vit_model", "fedgkt_model",
     "fedvkd_model", "feature_shape", "fetch", "forward_macs", "hard_distill_targets", "num_params", "paper_models",
-    "register", "reinit", "require_kd_system", "server_heads", "soft_kd", "synth_patterns",
+    "reinit", "require_kd_system", "server_heads", "soft_kd", "synth_patterns",
     "synth_patterns_dataset", "teacher_lookup", "teacher_of", "token_vit", "train_macs", "two_head_loss",
 ]
 
@@ -67,17 +65,3 @@ def __getattr__(name: str) -> object:  # HybridViT subclasses a timm class: impo
         return HybridViT
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def register(registry: Any) -> None:
-    """Register the distillation components, models and data (called by :mod:`fedcore_distill.plugin`)."""
-    registry.add("edge-share", EdgeShare, help="the client's own edge CNN; only server logits come down")
-    registry.add("edge-kd-train", EdgeKDTrain, help="edge CE + soft KD to server logits, then the feature uplink")
-    registry.add("kd-server", KDServer, help="persistent server trainer on uploaded features (hard/soft KD, CE)")
-    registry.add("kd-eval", KDEval, help="server o extractor_k accuracy (mean over clients), per head, edge")
-    registry.add("p-group", PGroupPartition, help="Fang et al.'s p-group split (p = 1/M is IID)")
-    registry.add_model("kd.fedvkd", fedvkd_model, help="edge ResNet + hybrid ViT server (cls + dist tokens)")
-    registry.add_model("kd.fedgkt", fedgkt_model, help="edge ResNet + bottleneck-ResNet server")
-    registry.add_model("kd.fedavg-vit", fedavg_vit_model, help="edge extractor + ViT encoder as one model")
-    registry.add_model("kd.fedavg-cnn", fedavg_cnn_model, help="edge extractor + bottleneck ResNet as one model")
-    registry.add_model("kd.edge", edge_model, help="the edge ResNet alone")
-    registry.add_dataset("kd.synth-patterns", synth_patterns_dataset, help="seeded coloured glyphs, 3 x 16 x 16")

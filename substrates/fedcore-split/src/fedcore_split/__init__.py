@@ -15,8 +15,6 @@ client's channel), :func:`build_share` / :func:`train_split` / :func:`aggregate_
 (server state kept across rounds). See docs/split.md. The SPSA estimator and the inversion attacks serve
 FedV alone and live in its plugin (``fedcore_fedv.spsa``, ``fedcore_fedv.inversion``).
 """
-from typing import Any
-
 from fedcore_split.aggregate import aggregate_split
 from fedcore_split.components import (
     SLTurns,
@@ -65,12 +63,3 @@ __all__ = [
     "staleness_weight", "take_rule", "tiny_vit_check_plan", "train_split",
 ]
 
-
-def register(registry: Any) -> None:
-    """Register the split components and recipes (called by the entry point, :mod:`fedcore_split.plugin`)."""
-    registry.add("split-share", SplitShare)
-    registry.add("split-train", SplitTrain)
-    registry.add("sl-turns", SLTurns)
-    registry.add("split-eval", SplitEval)
-    for name, recipe in RECIPES.items():
-        registry.add_recipe(name, recipe)
