@@ -1,8 +1,8 @@
 """SA-FedLoRA's share: stage 1 the whole model, stage 2 the LoRA factors (+ head), the backbone once at the switch.
 
 The stage is read from the global model (adapters present: stage 2, see :class:`SAFedLoRAPlan`), and the
-share says it in ``meta["stage"]`` for the local update and in ``signature`` (``"stage1"``, ``"lora-r<r>"``)
-for stale updates under asynchronous schedules.
+share says it in its meta (a :class:`~fedcore_safedlora.stage_meta.ShareStage`) for the local update and in
+``signature`` (``"stage1"``, ``"lora-r<r>"``) for stale updates under asynchronous schedules.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fedcore.settings import setting
 from fedcore.types import ClientInfo, Share
 from fedcore_lora import lora_share, matching_keys, subset_share
 from fedcore_safedlora.plan import ANNEALING, INITIATING, INJECTED_AT, share_signature
+from fedcore_safedlora.stage_meta import STAGE, ShareStage
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -49,11 +50,11 @@ class StageShare:
         if signature == "stage1":  # no adapters yet
             params = [n for n, _ in model.named_parameters()]
             share = subset_share(model, client.id, ctx, params, download=list(model.state_dict()),
-                                 meta={"stage": INITIATING})
+                                 meta={STAGE: ShareStage(stage=INITIATING)})
             return attrs.evolve(share, signature=signature)
         injected = ctx.server.stash.get(INJECTED_AT, None)
         switch = self.count_transition_broadcast and injected is not None and 0 < injected == ctx.round
         share = lora_share(model, client.id, ctx, extra=self.head_pattern if self.train_head_in_lora_stage else None,
                            download_all=switch)
-        return attrs.evolve(share, meta=dict(share.meta, stage=ANNEALING, transition_broadcast=switch),
+        return attrs.evolve(share, meta={**share.meta, STAGE: ShareStage(stage=ANNEALING, transition_broadcast=switch)},
                             signature=signature)

@@ -10,12 +10,13 @@ from fedcore.settings import setting
 from fedcore.training import TrainPlan
 from fedcore.types import ClientData, ClientInfo, ClientUpdate, Share
 from fedcore_safedlora.plan import INITIATING
+from fedcore_safedlora.stage_meta import stage_of
 from fedcore_safedlora.training import Trainer
 
 
 @attrs.frozen(eq=False, kw_only=True)
 class StageUpdate(Trainer):
-    """Local SGD by stage (``share.meta["stage"]``): E1 epochs + FedProx ``mu`` in stage 1, E2 epochs in stage 2."""
+    """Local SGD by the share's ``ShareStage``: E1 epochs + FedProx ``mu`` in stage 1, E2 epochs in stage 2."""
 
     e1_local_epochs: int = setting(30, low=1, help="local epochs E1 in the initiating stage")
     mu: float = setting(0.01, low=0.0, help="proximal coefficient of the initiating stage (Eq. 5)")
@@ -23,7 +24,7 @@ class StageUpdate(Trainer):
 
     def vectorised_plan(self, share: Share) -> TrainPlan:
         """The stage's loop (``vectorised`` cohort): E1 epochs with ``mu``, or E2 plain epochs."""
-        if share.meta.get("stage", INITIATING) == INITIATING:
+        if stage_of(share.meta) == INITIATING:
             return self.plan(epochs=self.e1_local_epochs, mu=self.mu)
         return self.plan(epochs=self.e2_local_epochs)
 

@@ -39,10 +39,17 @@ from fedcore.settings import setting
 from fedcore.types import JobPlan, Message, upload_messages
 from fedcore_split import INPUT_GRAD, LABELS, SMASHED
 from fedcore_treelearning.share import TreeShare
+from fedcore_treelearning.share_meta import tree_part_of
 from fedcore_treelearning.tree import HORIZONTAL, VERTICAL, ClientPart, TreeServer, UnitRange, unit_entries
 
 SCHEDULES = ("pipelined", "sync", "round-robin")
 CLIENT_SYNCS = ("none", "fedavg_common_layers")
+
+
+def batch_size_of(share: Any) -> int:
+    """The batch size the share's client streams at (``tl-share`` says it; 16 for a share that does not)."""
+    part = tree_part_of(share.meta)
+    return part.batch_size if part is not None else 16
 
 
 class _Client:
@@ -126,7 +133,8 @@ class TreeCohort:
         for c in clients:
             own = unit_entries(c.job.share.module, 1, c.split - 1)
             sd = c.job.share.module.state_dict()
-            if not c.job.share.meta.get("relay"):
+            part = tree_part_of(c.job.share.meta)
+            if part is None or not part.relay:
                 c.job.state.tensors = {**c.job.state.tensors, **{k: sd[k].detach().clone() for k in own}}
             out.append(ClientUpdate.from_share(c.job.share, num_examples=c.samples, client_id=c.id,
                                                metrics={"tl_split": float(c.split)}))
@@ -150,7 +158,7 @@ class TreeCohort:
         with torch.no_grad():
             h = UnitRange(share.module, 1, server.splits[client.id] - 1)(x)
         per_sample = h.numel() * h.element_size() // int(x.shape[0])
-        bs = int(share.meta.get("batch_size", 16))
+        bs = batch_size_of(share)
         sizes = [min(bs, samples - i) for i in range(0, samples, bs)] * self.epochs
         sent: dict[tuple[str, str, int], int] = {}
         for b in sizes:
@@ -194,7 +202,7 @@ class TreeCohort:
 
     def _stream(self, job: Any, server: TreeServer, jobs: Sequence[Any], ctx: Any) -> Iterator[Any]:
         indices = tuple(job.select_data())
-        bs = int(job.share.meta.get("batch_size", 16))
+        bs = batch_size_of(job.share)
         if server.mode == HORIZONTAL:
             gen = job.ctx.rng("shuffle")
             return (b for _ in range(self.epochs) for b in batches(job.dataset, indices, bs, generator=gen))

@@ -24,6 +24,7 @@ from fedcore.scheduling import is_asynchronous
 from fedcore.settings import setting
 from fedcore.types import AggregateResult, ClientInfo, ClientState, ClientUpdate, Share
 from fedcore_treelearning.plan import devices_of, plan_of, probe_batch, solve
+from fedcore_treelearning.share_meta import TREE, TreePart
 from fedcore_treelearning.simulate import pass_time
 from fedcore_treelearning.strips import check_tiling
 from fedcore_treelearning.tree import MODES, VERTICAL, TreeServer, unit_entries
@@ -121,8 +122,10 @@ class TreeShare:
             raise ConfigError(f"TreeShare steps a round's clients in lockstep against one server; the asynchronous "
                               f"{type(pipeline.provider('schedule')).__name__} never gives it a round's clients "
                               f"together: use schedule = \"uniform\"")
+        from fedcore_treelearning.cohort import TreeCohort  # the cohort module imports this one
+
         cohort = pipeline.provider("cohort")
-        if type(cohort).__name__ != "TreeCohort":
+        if not isinstance(cohort, TreeCohort):
             raise ConfigError(f"TreeShare's server is trained per batch by the tl-cohort; the cohort slot holds "
                               f"{type(cohort).__name__}: use cohort = \"tl-cohort\" (or a recipe: tree-learning, ...)")
 
@@ -143,8 +146,8 @@ class TreeShare:
         download = tuple(k for k in part if k not in own)
         upload = tuple(k for k in part if sd[k].is_floating_point()) if self.relay else ()
         strip = getattr(server, "bounds", {}).get(client.id)
-        meta = {"split": split, "client_units": split - 1, "mode": self.mode, "relay": self.relay,
-                "batch_size": self.batch_size, "strip": strip, "flops_per_sample": client_flops(ctx, split, strip)}
+        part = TreePart(split=split, mode=self.mode, relay=self.relay, batch_size=self.batch_size, strip=strip)
+        meta = {TREE: part, "flops_per_sample": client_flops(ctx, split, strip)}
         return Share(module=module, download=download, upload=upload,  # type: ignore[arg-type]  # attrs converter
                      endpoint=server, meta=meta)
 
