@@ -15,7 +15,7 @@ from torch import nn
 
 from fedcore.indices import IndexList, index_lists
 from fedcore.stash import Stash
-from fedcore.uploads import Upload
+from fedcore.uploads import Upload, needs_individual_updates, non_weight_uploads, require_mean_aggregator
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -397,5 +397,6 @@ class ServerState:
 
 __all__ = [
     "AggregateResult", "ClientData", "ClientInfo", "ClientState", "ClientUpdate", "DropUpdate", "JobPlan", "Message",
-    "Partition", "ServerState", "ServerTensors", "Share", "TensorDict", "Upload", "upload_messages",
+    "Partition", "ServerState", "ServerTensors", "Share", "TensorDict", "Upload", "needs_individual_updates",
+    "non_weight_uploads", "require_mean_aggregator", "upload_messages",
 ]

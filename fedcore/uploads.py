@@ -93,6 +93,49 @@ def compatible_aggregators(kinds: Upload, near: Any = None) -> list[str]:
     return [e.name for e in found]
 
 
+def needs_individual_updates(aggregator: Any) -> bool:
+    """Whether ``aggregator`` needs each client's own update, not only their mean change.
+
+    An aggregator declares it with ``needs_individual_updates: ClassVar[bool] = True`` (a robust rule such as the
+    median or Krum, a fairness rule weighting clients by their loss), or a method of that name when it depends on
+    the settings. One that merges sliced submodels or per-sample features needs each update by nature (each carries
+    its own index map or samples). A wrapper that hands the aggregator one combined update (DP-FedAvg's noised mean,
+    secure aggregation's sum) refuses such an aggregator when the pipeline is built; see
+    :func:`require_mean_aggregator`."""
+    declared = getattr(aggregator, "needs_individual_updates", False)
+    if callable(declared):
+        declared = declared()
+    if not isinstance(declared, bool):
+        from fedcore.errors import ConfigError
+
+        raise ConfigError(f"{type(aggregator).__name__}.needs_individual_updates must be True or False; "
+                          f"got {declared!r}")
+    return declared or bool(merges_of(aggregator) & (Upload.SUBMODEL | Upload.FEATURES))
+
+
+def require_mean_aggregator(pipeline: Any, released: str) -> None:
+    """Refuse, in one line, ``pipeline``'s aggregator when it needs each client's own update
+    (:func:`needs_individual_updates`): for a wrapper that hands it one combined update. ``released`` says, in the
+    wrapper's own words, what it hands on (``"secagg gives the server only the sum of the clients' updates"``); the
+    line goes on with the aggregator's name (registered name, else class name) and what to use instead."""
+    aggregator = pipeline.provider("aggregate")
+    if not needs_individual_updates(aggregator):
+        return
+    from fedcore.errors import ConfigError
+    from fedcore.plugins import registry
+
+    entry = registry().find(aggregator)
+    name = entry.name if entry is not None else type(aggregator).__name__
+    raise ConfigError(f"{released}, but aggregate = {name!r} needs each client's own update; use an aggregator of "
+                      f"the mean change (fedavg, fedbuff, fedasync or a server optimiser)")
+
+
+def non_weight_uploads(share: Any) -> dict[str, str]:
+    """``{entry: ledger kind}`` of what ``share`` uploads that is not weights (features, logits, labels: the
+    entries its ``kinds`` labels), in entry order: what a wrapper that clips or sums weight changes cannot take."""
+    return {k: share.kinds[k] for k in sorted(share.upload) if share.kinds.get(k, "weights") != "weights"}
+
+
 def check_uploads(pipeline: Any) -> None:
     """Refuse a pipeline whose aggregator cannot merge what its share and local update upload (one line)."""
     from fedcore.errors import ConfigError
@@ -128,4 +171,5 @@ def _label(pipeline: Any, component: Any) -> str:
     return f"'{entry.name}'" if entry else type(component).__name__
 
 
-__all__ = ["Upload", "check_uploads", "compatible_aggregators", "describe", "merges_of", "uploads_of"]
+__all__ = ["Upload", "check_uploads", "compatible_aggregators", "describe", "merges_of", "needs_individual_updates",
+           "non_weight_uploads", "require_mean_aggregator", "uploads_of"]

@@ -102,3 +102,65 @@ def test_a_declaration_must_be_an_upload():
 
     with pytest.raises(ConfigError, match=r"Wrong.merges must be a fedcore.types.Upload .*; got 'weights'"):
         fedcore.Pipeline([Wrong()])
+
+
+# -- aggregators that need each client's own update (what DP-FedAvg and secure aggregation refuse) -------------
+
+INDIVIDUAL = ("median", "trimmed-mean", "krum", "multi-krum", "bulyan", "centred-clipping", "lora-product-svd", "qffl",
+              "masked-delta", "cos2p-aggregate", "kd-server")
+OF_THE_MEAN = ("fedavg", "fedbuff", "fedasync", "fedadam", "fedyogi", "fedavgm", "fedadagrad")
+
+
+def test_aggregators_declare_whether_they_need_each_update():
+    from fedcore.types import needs_individual_updates
+
+    registered = {e.name: e.obj for e in fedcore.list_components()}
+    for name in INDIVIDUAL + OF_THE_MEAN:
+        if name not in registered:  # a plugin that is not installed
+            continue
+        assert needs_individual_updates(registered[name]) is (name in INDIVIDUAL), name
+    assert not needs_individual_updates(DeclaresNothing())
+
+
+def test_the_helper_refuses_in_the_wrappers_words_and_a_declaration_must_be_a_bool():
+    from fedcore.types import needs_individual_updates, require_mean_aggregator
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class ByRank(DeclaresNothing):
+        needs_individual_updates: ClassVar[bool] = True
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class BySetting(DeclaresNothing):
+        robust: bool = False
+
+        def needs_individual_updates(self) -> bool:
+            return self.robust
+
+    with pytest.raises(ConfigError) as refused:
+        require_mean_aggregator(fedcore.Pipeline([ByRank()]), "my-wrapper releases one noised mean")
+    assert _one_line(refused) == ("my-wrapper releases one noised mean, but aggregate = 'ByRank' needs each client's "
+                                  "own update; use an aggregator of the mean change (fedavg, fedbuff, fedasync or a "
+                                  "server optimiser)")
+    require_mean_aggregator(fedcore.Pipeline([BySetting()]), "w")  # a function of the mean: accepted
+    require_mean_aggregator(fedcore.Pipeline.from_config({"aggregate": "fedavg"}), "w")
+    with pytest.raises(ConfigError, match=r"^w, but aggregate = 'BySetting' needs"):
+        require_mean_aggregator(fedcore.Pipeline([BySetting(robust=True)]), "w")
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class Vague(DeclaresNothing):
+        needs_individual_updates: ClassVar[str] = "yes"
+
+    with pytest.raises(ConfigError, match=r"^Vague.needs_individual_updates must be True or False; got 'yes'$"):
+        needs_individual_updates(Vague())
+
+
+def test_non_weight_uploads_are_the_entries_the_share_labels():
+    from fedcore.testing import tiny_model
+    from fedcore.types import Share, non_weight_uploads
+
+    module = tiny_model()
+    names = tuple(module.state_dict())
+    plain = Share(module=module, download=names, upload=names)
+    assert non_weight_uploads(plain) == {}
+    labelled = attrs.evolve(plain, kinds={names[1]: "features", names[0]: "logits", "not.uploaded": "labels"})
+    assert non_weight_uploads(labelled) == dict(sorted({names[0]: "logits", names[1]: "features"}.items()))

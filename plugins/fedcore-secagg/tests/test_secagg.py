@@ -109,7 +109,7 @@ def test_aggregators_that_need_each_update_are_refused():
     with pytest.raises(ConfigError, match=r"^secagg gives the server only the sum .* aggregate = 'Krum' needs each"):
         fedcore.Pipeline([SecAggPlus(), Krum()])
     pytest.importorskip("fedcore_robust")
-    for name in ("trimmed-mean", "median"):
+    for name in ("trimmed-mean", "median", "centred-clipping"):
         with pytest.raises(ConfigError, match=rf"secagg gives the server only the sum .* aggregate = '{name}'"):
             fedcore.Pipeline.from_config({"aggregate": name, "plugins": ["secagg"]})
     with pytest.raises(ConfigError, match="quant_bits=16 leaves no room"):

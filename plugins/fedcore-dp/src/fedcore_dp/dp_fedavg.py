@@ -28,6 +28,7 @@ from torch import nn
 import fedcore
 from fedcore import ClientUpdate, ConfigError, RoundContext, Share, StashKey
 from fedcore.settings import setting
+from fedcore.types import require_mean_aggregator
 from fedcore_dp import accounting
 from fedcore_dp.clipping import (
     adaptive_noise_multiplier,
@@ -36,7 +37,7 @@ from fedcore_dp.clipping import (
     gaussian_like,
     next_clip,
 )
-from fedcore_dp.compat import SUM_CLIENTS, SUM_MEMBERS, refuse_individual_aggregator, refuse_unbounded_upload
+from fedcore_dp.compat import SUM_CLIENTS, SUM_MEMBERS, refuse_unbounded_upload
 
 CLIP = StashKey[float]("dp.clip-norm")
 """The clip norm for the next round (adaptive clipping moves it; fixed clipping never writes it)."""
@@ -105,7 +106,7 @@ class DPFedAvg:
 
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
-        refuse_individual_aggregator("dp-fedavg", pipeline)
+        require_mean_aggregator(pipeline, "dp-fedavg hands the aggregator one update (the mean of the clients')")
         if self.noise == "distributed" and self.clients_per_round is None:
             raise ConfigError("DPFedAvg.noise='distributed' needs clients_per_round (m: each client adds 1/m of "
                               "the noise variance); set it to the clients of one aggregation")

@@ -73,6 +73,9 @@ class QFFLLoss:
 class QFedAvg:
     """q-FedAvg (Li et al., 2020, Alg. 2): clients with a larger loss get a larger say, by ``q``."""
 
+    needs_individual_updates: ClassVar[bool] = True
+    """It weighs each client's change by its own loss: one combined update would not do."""
+
     q: float = setting(1.0, low=0.0, help="fairness: 0 is FedAvg's objective, larger spreads accuracy more evenly")
     local_lr: float = setting(0.05, low=0.0, low_open=True,
                               help="η, the clients' learning rate: L = 1/η is the paper's Lipschitz estimate")

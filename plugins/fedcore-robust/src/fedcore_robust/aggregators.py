@@ -9,7 +9,7 @@ averaging (trimmed mean) or the middle value is taken (median; the mean of the t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -72,6 +72,9 @@ class TrimmedMean:
     The trimmed mean of Def. 2 in the paper.
     """
 
+    needs_individual_updates: ClassVar[bool] = True
+    """It ranks each client's value per coordinate: one combined update would not do."""
+
     beta: float = setting(0.1, low=0.0, high=0.5, high_open=True,
                           help="fraction of the clients' values dropped at each end, per coordinate")
 
@@ -87,6 +90,9 @@ class TrimmedMean:
 @attrs.frozen(eq=False, kw_only=True)
 class CoordinateMedian:
     """Coordinate-wise median (Yin et al., 2018, Def. 1): tolerates any minority of bad values per coordinate."""
+
+    needs_individual_updates: ClassVar[bool] = True
+    """It ranks each client's value per coordinate: one combined update would not do."""
 
     @fedcore.hookimpl
     def fedcore_aggregate(

@@ -59,6 +59,9 @@ class Bulyan:
     """Bulyan (El Mhamdi et al., 2018): Krum-selected θ = n − 2f changes, then per coordinate the mean of the
     β = θ − 2f closest to their median."""
 
+    needs_individual_updates: ClassVar[bool] = True
+    """It selects and ranks each client's change: one combined update would not do."""
+
     NAME: ClassVar[str] = "bulyan"
 
     f: int = setting(0, low=0, help="the number of Byzantine clients the rule must tolerate (n ≥ 4f + 3)")

@@ -16,7 +16,7 @@ Float buffers take the same per-client weights ``cᵢ = min(1, τ/||Δᵢ − v_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -48,6 +48,9 @@ def centred_clip(rows: torch.Tensor, start: torch.Tensor, tau: float, iterations
 @attrs.frozen(eq=False, kw_only=True)
 class CentredClipping:
     """Centred clipping (Karimireddy et al., 2021): clip each change to radius τ around the previous aggregate."""
+
+    needs_individual_updates: ClassVar[bool] = True
+    """It clips each client's change separately: one combined update would not do."""
 
     tau: float = setting(1.0, low=0.0, low_open=True, help="τ: clipping radius around the previous aggregate change")
     iterations: int = setting(1, low=1, help="L: clipping iterations per aggregation (the paper finds 1 enough)")

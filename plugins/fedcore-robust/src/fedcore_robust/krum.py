@@ -62,6 +62,9 @@ class _KrumChecks:
 class Krum(_KrumChecks):
     """Krum (Blanchard et al., 2017): the one change closest to its ``n − f − 2`` nearest neighbours."""
 
+    needs_individual_updates: ClassVar[bool] = True
+    """It scores each client's change by its distances to the others: one combined update would not do."""
+
     NAME: ClassVar[str] = "krum"
 
     f: int = setting(0, low=0, help="the number of Byzantine clients the rule must tolerate (n > 2f + 2)")

@@ -30,8 +30,9 @@ from torch import nn
 import fedcore
 from fedcore import AggregateResult, ClientInfo, ClientUpdate, ConfigError, RoundContext, Share, Transfer
 from fedcore.settings import setting
+from fedcore.types import require_mean_aggregator
 from fedcore_secagg import field
-from fedcore_secagg.compat import SUM_CLIENTS, SUM_MEMBERS, refuse_individual_aggregator, refuse_unmaskable_upload
+from fedcore_secagg.compat import SUM_CLIENTS, SUM_MEMBERS, refuse_unmaskable_upload
 from fedcore_secagg.graph import default_degree
 from fedcore_secagg.protocol import STAGES, Message, SecAggClient, cached_agreement, run_protocol, self_mask
 
@@ -80,7 +81,7 @@ class SecAggPlus:
 
     @fedcore.hookimpl
     def fedcore_check_pipeline(self, pipeline: fedcore.Pipeline) -> None:
-        refuse_individual_aggregator("secagg", pipeline)
+        require_mean_aggregator(pipeline, "secagg gives the server only the sum of the clients' updates")
         from fedcore.builtin import AsyncSchedule, BufferedSchedule
 
         schedule = pipeline.provider("schedule")

@@ -63,5 +63,13 @@ def __getattr__(name: str) -> object:  # HybridViT subclasses a timm class: impo
         from fedcore_distill.hybrid_vit import HybridViT
 
         return HybridViT
+    if name == "register":  # deprecated (0.1.1): registration lives in the entry point's module, fedcore loads it
+        import warnings
+
+        from fedcore_distill.plugin import fedcore_register_components
+
+        warnings.warn("fedcore_distill.register is deprecated and removed in 1.0: fedcore registers the components "
+                      "through the entry point fedcore_distill.plugin", DeprecationWarning, stacklevel=2)
+        return fedcore_register_components
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -10,6 +10,7 @@ the rest stays on the current global value. Fresh updates (τ = 0) are averaged 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import attrs
 import torch
@@ -58,6 +59,9 @@ def _toward(current: torch.Tensor | None, value: torch.Tensor, discount: float) 
 class ProductSVD:
     """Average the products ``B A`` (exact mean, Eq. 9), re-factorised at the round's rank by SVD; other
     entries by the sample-weighted mean."""
+
+    needs_individual_updates: ClassVar[bool] = True
+    """The mean of the products B A is not the product of the means: one combined update would not do."""
 
     @fedcore.hookimpl
     def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: fedcore.RoundContext
