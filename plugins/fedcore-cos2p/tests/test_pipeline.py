@@ -84,6 +84,15 @@ def test_a_resumed_run_with_updates_in_flight_equals_the_uninterrupted_run(tmp_p
         assert torch.equal(v, resumed.model.state_dict()[k]), k
 
 
+def test_fixed_random_masks_on_every_part_train_from_the_first_round():
+    """Tab. 3's "random masks, both": nothing is learned, so no round is a mask round (there, an optimiser over no
+    mask logits failed every client of the mask rounds) and each client trains its fixed random submodel."""
+    result = make(share=Cos2pShare(budgets=BUDGETS, mask_rounds=2, random_masks="both"), rounds=2).run()
+    assert [r.get("round_failed") for r in result.history] == [None, None]
+    assert all(r["num_examples"] > 0 for r in result.history)
+    assert not any(k.startswith(LOGITS) for cs in result.run.client_states.values() for k in cs.tensors)
+
+
 def test_a_static_window_beyond_the_depth_is_one_error():
     with pytest.raises(ConfigError, match="static_start=3 with a window of 2 blocks lies beyond the model's depth 4"):
         make(share=Cos2pShare(budgets=BUDGETS, depth_roll="static", static_start=3), rounds=1).run()

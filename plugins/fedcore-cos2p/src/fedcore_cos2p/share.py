@@ -120,6 +120,12 @@ class Cos2pShare:
             return self.static_start, k
         return rolling_window_start(shape.depth, k, round, self.roll_step), k
 
+    def learns_masks(self) -> bool:
+        """Whether any part's mask is learned: with fixed random masks on every masked part (``random_masks =
+        "both"``) there is nothing to learn, so no round is a mask round and the fixed masks slice from round 1."""
+        fixed = RANDOM_PARTS[self.random_masks]
+        return any(p not in fixed and (self.residual_masks or p in ("heads", "hidden")) for p in PARTS)
+
     def fixed_masks(self, shape: ViTShape, width: float, seed: int, client: int) -> dict[str, torch.Tensor]:
         parts = RANDOM_PARTS[self.random_masks]
         if not parts:
@@ -138,7 +144,7 @@ class Cos2pShare:
             full = list(range(shape.embed_dim))
             return "weight", {"heads": [kept["heads"]] * blocks, "hidden": [kept["hidden"]] * blocks,
                               "attn_out": [full] * blocks, "mlp_out": [full] * blocks}
-        if round <= self.mask_rounds:
+        if round <= self.mask_rounds and self.learns_masks():
             masks = {p: torch.ones(blocks, n) for p, n in
                      (("heads", shape.num_heads), ("hidden", shape.mlp_hidden), ("attn_out", shape.embed_dim),
                       ("mlp_out", shape.embed_dim))}
