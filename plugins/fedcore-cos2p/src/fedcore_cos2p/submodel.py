@@ -12,7 +12,7 @@ saves it field by field with the updates still in flight and the resumed run get
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -21,6 +21,10 @@ from fedcore_pruning import SubmodelMismatchError, SubmodelSpec, ViTShape
 
 SUBMODEL = "cos2p"  # the meta key; its value is always a Cos2pSubmodel
 PHASES = ("mask", "weight")
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
 
 
 def _fixed(value: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -39,7 +43,7 @@ class Cos2pSubmodel:
     """The client's resource budget R_n."""
     width: float = attrs.field(converter=float)
     """R^width: the fraction of each held block's units the binarized masks keep."""
-    offsets: tuple[int, ...] = attrs.field(converter=tuple)
+    offsets: tuple[int, ...] = attrs.field(converter=_ints)
     """Depths of the exits relative to the window start."""
     teacher: int = attrs.field(converter=int)
     """Depth of the deepest exit, whose values the aggregator averages into the eval head."""

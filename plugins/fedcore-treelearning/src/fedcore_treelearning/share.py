@@ -146,8 +146,8 @@ class TreeShare:
         download = tuple(k for k in part if k not in own)
         upload = tuple(k for k in part if sd[k].is_floating_point()) if self.relay else ()
         strip = getattr(server, "bounds", {}).get(client.id)
-        part = TreePart(split=split, mode=self.mode, relay=self.relay, batch_size=self.batch_size, strip=strip)
-        meta = {TREE: part, "flops_per_sample": client_flops(ctx, split, strip)}
+        told = TreePart(split=split, mode=self.mode, relay=self.relay, batch_size=self.batch_size, strip=strip)
+        meta = {TREE: told, "flops_per_sample": client_flops(ctx, split, strip)}
         return Share(module=module, download=download, upload=upload,  # type: ignore[arg-type]  # attrs converter
                      endpoint=server, meta=meta)
 
