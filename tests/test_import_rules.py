@@ -1,4 +1,4 @@
-"""The layering rules as tests (issue 25 item 3), each shown to fail on a synthetic tree with a bad import.
+"""The layering rules as tests (issue 25 items 3 and 4), each shown to fail on a synthetic tree with a bad import.
 
 1. Contract modules (what plugins are written against) import nothing from the engine, the built-ins or the
    experiment layer: not at import time, not lazily, not for type checking; and what they import at import time
@@ -7,6 +7,7 @@
 3. A plugin imports another plugin only when its ``pyproject.toml`` declares the dependency.
 4. No import cycle among core modules at import time. An import inside a function that would close a cycle if it
    were at module level is listed in :data:`LAZY_CYCLE_BREAKERS` with the reason it stays lazy.
+5. No script under ``examples/`` imports a plugin's or substrate's package (a method's script is in its ``repro/``).
 
 Edges are static imports (``import a.b``, ``from a import b``, relative ones resolved); ``from package import
 name`` points at the submodule when ``name`` is one. ``tests/test_import_graph.py`` keeps its own rule (the core
@@ -217,6 +218,34 @@ def layer_problems(substrates: list[Distribution], plugins: list[Distribution]) 
 
 def test_no_substrate_imports_a_plugin_and_plugins_import_only_declared_plugins():
     assert layer_problems(distributions(ROOT / "substrates"), distributions(ROOT / "plugins")) == []
+
+
+def example_problems(examples: Path, packages: Iterable[str]) -> list[str]:
+    """A script under ``examples/`` that imports a plugin's or substrate's package is that method's script: it
+    belongs in the plugin's ``repro/`` (issue 25), where its README names it."""
+    owned = set(packages)
+    problems = []
+    for path in sorted(examples.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                if name.partition(".")[0] in owned:
+                    problems.append(f"{path.relative_to(examples.parent)}:{node.lineno} imports {name}: a plugin's "
+                                    "script lives in that plugin's repro/")
+    return problems
+
+
+def test_examples_hold_no_plugin_specific_script():
+    packages = [d.package for d in distributions(ROOT / "substrates") + distributions(ROOT / "plugins")]
+    assert example_problems(ROOT / "examples", packages) == []
+
+
+def test_the_examples_rule_names_a_plugin_script(tmp_path):
+    _tree(tmp_path, {"examples/demo.py": "import fedcore\n",
+                     "examples/paper/tables.py": "def f():\n    from fedcore_cos2p.share import Cos2pShare\n"})
+    assert example_problems(tmp_path / "examples", ["fedcore_cos2p"]) == [
+        "examples/paper/tables.py:2 imports fedcore_cos2p.share: a plugin's script lives in that plugin's repro/"]
 
 
 # -- rule 4: no cycles among core modules at import time --------------------------------------------------------
