@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedcore import Recipe
-from fedcore_clip.configs import TEST_SETUP
+from fedcore_clip.configs import LEARNING, TEST_SETUP
 
 PROMPTFL_SLOTS: dict[str, Any] = {
     "partition": {"name": "fewshot", "shots": 2, "mode": "disjoint", "classes_per_client": 2},
@@ -27,7 +27,7 @@ PROMPTFL_SLOTS: dict[str, Any] = {
 }
 """PromptFL's slots; the pFedPrompt and CaFPT recipes start from them and replace one or two."""
 
-PROMPTFL = Recipe(slots=PROMPTFL_SLOTS, test_setup=TEST_SETUP,
+PROMPTFL = Recipe(slots=PROMPTFL_SLOTS, test_setup=TEST_SETUP, learning=LEARNING,
                   help="PromptFL (Guo et al. 2023): clients train a shared CoOp prompt on a frozen CLIP; uniform mean")
 
 FINETUNE_SLOTS: dict[str, Any] = {
