@@ -27,8 +27,8 @@ DOES_NOT_LEARN_YET: dict[str, str] = {
 
 def _shares_a_pretrained_clip(recipe: str) -> bool:
     """The learning setup runs on fedcore's pre-trained tiny CLIP (built once, about 1.5 CPU minutes, then cached)."""
-    model = learning.learning_config(recipe).get("model", {})
-    return model.get("name") == "open_clip" and str(model.get("pretrained", "")).startswith("fedcore-")
+    pretrained = learning.learning_config(recipe).get("model", {}).get("pretrained")
+    return isinstance(pretrained, str) and pretrained in ("fedcore-shapes", "fedcore-digits")
 
 
 def _case(recipe: str) -> object:
