@@ -91,6 +91,35 @@ def test_shapes_data_set_and_classnames_required():
         prompted_clip_model()
 
 
+def test_shapes_picks_and_renames_classes():
+    """``classes`` keeps those classes in that order (labels 0..k-1), ``names`` renames them; bad input is one line."""
+    full, _ = shapes(n_train_per_class=2, n_test_per_class=1)
+    train, test = shapes(n_train_per_class=2, n_test_per_class=1, classes=["blue ring", "red circle"],
+                         names=["alpha", "bravo"])
+    assert train.classes == test.classes == ["alpha", "bravo"] and sorted(set(train.y.tolist())) == [0, 1]
+    blue_ring = full.classes.index("blue ring")
+    assert torch.equal(train.x[train.y == 0], full.x[full.y == blue_ring])
+    assert torch.equal(train.x[train.y == 1], full.x[full.y == 0])
+    with pytest.raises(ValueError, match="classes = \\['pink circle'\\]; give distinct names among: red circle"):
+        shapes(classes=["pink circle"])
+    with pytest.raises(ValueError, match="names = \\['alpha'\\]; give 2 distinct names"):
+        shapes(classes=["blue ring", "red circle"], names=["alpha"])
+
+
+def test_the_learning_checks_class_names_never_occur_in_pretraining_captions():
+    """The prompt recipes' learning check (configs.LEARNING_SETUP) claims its class names are words the tiny CLIP never
+    read: none of their tokens is a token of any pre-training caption, and its classes are real shape classes."""
+    from fedcore_clip.backbone import TINY, get_tokenizer
+    from fedcore_clip.captioned import captions, shape_classnames
+    from fedcore_clip.configs import LEARNING_SETUP
+
+    tok = get_tokenizer(TINY)
+    seen = {t for per_class in captions("shapes", shape_classnames())[0] for c in per_class for t in tok.encode(c)}
+    names = LEARNING_SETUP["dataset"]["names"]
+    assert names and not any(set(tok.encode(n)) & seen for n in names)
+    assert set(LEARNING_SETUP["dataset"]["classes"]) <= set(shape_classnames())
+
+
 def _built(seed: int, **model):
     from fedcore.experiment import load_config, materialize, plan
 

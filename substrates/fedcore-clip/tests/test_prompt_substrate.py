@@ -189,3 +189,17 @@ def test_mean_of_identical_prompts_is_identity_and_of_two_is_midpoint():
     mid = agg.fedcore_aggregate(None, [ClientUpdate(client_id=0, tensors={"prompt.ctx": a}, num_examples=1),
                                        ClientUpdate(client_id=1, tensors={"prompt.ctx": b}, num_examples=9)], None)
     assert torch.allclose(mid.state["prompt.ctx"], (a + b) / 2, atol=1e-6)
+
+
+def test_test_accuracy_is_the_final_prompts_accuracy_on_freshly_encoded_images():
+    """prompt-eval's ``test_accuracy`` (what the learning check reads) equals the argmax accuracy of the final global
+    model's forward pass, which encodes the test images itself: no stale cache, no wrong prompt, no label shift."""
+    train, test = helpers.shapes_data()
+    res = _promptfl().run(model=helpers.shapes_prompted(), train=train, test=test, num_clients=3, rounds=2, seed=0)
+    with torch.no_grad():
+        logits = res.model(test.x)
+    assert res.history[-1]["test_accuracy"] == pytest.approx(float((logits.argmax(-1) == test.y).float().mean()))
+    # on the random tiny CLIP one class wins every image, so the loss is what tells a shifted label set apart
+    assert res.history[-1]["test_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, test.y)))
+    with torch.no_grad():  # and the prompt trained: its text features moved from the initial ones
+        assert not torch.allclose(res.model.text_features(), helpers.shapes_prompted().text_features())
