@@ -86,3 +86,20 @@ def test_a_spread_evaluation_keeps_the_inline_history_under_every_scheduler(chec
     EVAL_THREADS.clear()
     check(lambda: ThreadsExecutor(workers=2), fixture=SPREAD_FIXTURE)
     assert any(name.startswith("fedcore-client") for name in EVAL_THREADS)  # the threads runs evaluated there
+
+
+def test_the_update_norm_check_runs_in_the_workers_and_keeps_the_inline_history(monkeypatch):
+    from fedcore.builtin import UniformSync
+    from fedcore.engine import update_norms
+    from fedcore.testing import run_tiny_pipeline
+
+    where: list[str] = []
+    real = update_norms.delta_norm
+    monkeypatch.setattr(update_norms, "delta_norm", lambda u: (where.append(threading.current_thread().name),
+                                                               real(u))[1])
+    fixture = ContractFixture(num_clients=6)
+    inline = run_tiny_pipeline([UniformSync()], rounds=3, fixture=fixture, update_norm_bound=100.0)
+    threaded = run_tiny_pipeline([UniformSync()], rounds=3, fixture=fixture, update_norm_bound=100.0,
+                                 executor=ThreadsExecutor(workers=2))
+    assert threaded.history.comparable() == inline.history.comparable()
+    assert len(where) == 2 * 3 * 6 and all(n.startswith("fedcore-client") for n in where[18:])
