@@ -26,7 +26,7 @@ _MODULE_IMPL = {name: getattr(nn.Module, name, None) for name in _PROTOCOL}
 _plain_classes: dict[type, bool] = {}
 
 
-_DEFAULTS_ONLY = {nn.modules.conv._ConvNd.__setstate__: ("padding_mode",)}
+_DEFAULTS_ONLY: dict[Any, tuple[str, ...]] = {nn.modules.conv._ConvNd.__setstate__: ("padding_mode",)}
 """torch ``__setstate__`` methods that only fill in attributes an old pickle may lack (the convolutions'
 ``padding_mode``): a module that has them copies like a plain one (half the copy time of a micro CNN)."""
 
