@@ -13,8 +13,9 @@ on the test set after every round, 10 rounds. Each side is a whole process, time
   workers = 2}``; per-round wall times come from its ``metrics.jsonl``. ``--fedcore-python`` picks the interpreter
   (default: this one; the dev environment, with every plugin installed, is the realistic case);
 * Flower: this script with ``--worker flower``: ``run_simulation`` with Ray actors of 1 CPU each (so two clients
-  train in parallel on a 2-core machine), the Message-API ``FedAvg`` strategy, the same local SGD loop; per-round
-  times are taken round to round at its central evaluation.
+  train in parallel on a 2-core machine), the Message-API ``FedAvg`` strategy, the same local SGD loop with the
+  same optimizer code as fedcore's (``fedcore.training.PlainSGD``: neither side imports ``torch._dynamo``);
+  per-round times are taken round to round at its central evaluation.
 
 The three contenders run interleaved ``--reps`` times (``benchmarks/sidebyside.py``); ratios Flower / fedcore are
 taken within each pair, over the whole run (target: at least 5x with the threads executor, benchmarks/README.md)
@@ -77,8 +78,15 @@ def ensure_environment() -> None:
         subprocess.run(pip + ["-r", str(REQUIREMENTS)], check=True)
         subprocess.run(pip + ["--no-deps", "--no-build-isolation", "-e", str(ROOT)], check=True)
         (venv / ".complete").touch()
-    env = dict(os.environ, FEDCORE_FLOWER_REEXEC="1")
+    env = dict(this_checkout_first(), FEDCORE_FLOWER_REEXEC="1")
     os.execve(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]], env)
+
+
+def this_checkout_first() -> dict[str, str]:
+    """The environment with this checkout first on ``PYTHONPATH``: the benchmark venv's editable fedcore may point
+    at another checkout (it is built once and shared), and the Flower side must run this one's code."""
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=str(ROOT) if not path else f"{ROOT}{os.pathsep}{path}")
 
 
 # -- the shared job --------------------------------------------------------------------------------------
@@ -98,8 +106,12 @@ def local_sgd(model, x, y, indices, *, epochs: int, batch_size: int, lr: float, 
     import torch
     from torch import nn
 
+    from fedcore.training import PlainSGD
+
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    # fedcore's train_epochs steps SGD with PlainSGD (torch.optim.SGD's arithmetic, bit for bit, without the
+    # 1.2 s torch._dynamo import torch.optim costs each process): Flower's clients get the same, its best setting
+    opt = PlainSGD(list(model.parameters()), lr, momentum)
     idx = torch.as_tensor(indices, dtype=torch.long)
     loss_sum, seen = 0.0, 0
     for _ in range(epochs):
@@ -148,7 +160,7 @@ def flower_process(args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "flower", "--rounds", str(args.rounds),
            "--clients", str(args.clients), "--seed", str(args.seed), "--ray-cpus", str(args.ray_cpus)]
     start = time.perf_counter()
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=this_checkout_first())
     total = time.perf_counter() - start
     out = json.loads(done.stdout.strip().splitlines()[-1])
     return {"total": total, "first": out["per_round"][0], "steady": statistics.median(out["per_round"][1:]),

@@ -55,13 +55,17 @@ def cores_probe(threads: int, work: int = 1200) -> float:
     a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
 
     def part(n: int) -> None:
+        torch.set_num_threads(1)  # one core per probe thread (a new thread would take the process default)
         for _ in range(n):
             torch.mm(a, a)
 
+    own = torch.get_num_threads()
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(part, [work // threads] * threads))
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    torch.set_num_threads(own)  # set_num_threads in a thread also sets the process default: give it back
+    return took
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,6 +80,50 @@ class TrainPlan:
         return attrs.asdict(self)
 
 
+class PlainSGD:
+    """SGD with momentum and weight decay, step for step ``torch.optim.SGD``'s own CPU arithmetic (its
+    single-tensor path: the same operations in the same order, so the same bits), without ``torch.optim``.
+
+    Why: ``torch.optim.Optimizer`` imports ``torch._dynamo`` (and sympy) at its first ``add_param_group`` and
+    every ``step``, about 1.2 s of CPU in each process, as much as ``import torch``: :func:`train_epochs` uses this
+    for ``optimizer = "sgd"`` on the CPU without loss scaling (elsewhere torch may take its multi-tensor path), so
+    a ``fedcore run`` of such a job never pays it. It has what
+    the loop touches: ``param_groups`` (``lr`` per group, for ``lr_at``), ``zero_grad`` and ``step``.
+    """
+
+    def __init__(self, params: Iterable[nn.Parameter], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        self.param_groups: list[dict[str, Any]] = [{"params": list(params), "lr": lr, "momentum": momentum,
+                                                    "weight_decay": weight_decay}]
+        self.momentum_buffers: list[torch.Tensor | None] = [None] * len(self.param_groups[0]["params"])
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.param_groups[0]["params"]:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.detach_().zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        lr, momentum, decay = float(group["lr"]), group["momentum"], group["weight_decay"]
+        for i, p in enumerate(group["params"]):
+            grad = p.grad
+            if grad is None:
+                continue
+            if decay != 0:
+                grad = grad.add(p, alpha=decay)
+            if momentum != 0:
+                buf = self.momentum_buffers[i]
+                if buf is None:
+                    buf = self.momentum_buffers[i] = grad.detach().clone()
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1)
+                grad = buf
+            p.add_(grad, alpha=-lr)
+
+
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, momentum: float = 0.0,
                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """``torch.optim.SGD`` (with ``momentum``) or ``torch.optim.Adam``; both with decoupled-free ``weight_decay``."""
@@ -115,10 +159,12 @@ def train_epochs(module: nn.Module, data: ClientData, *, epochs: int, lr: float,
     if not params:
         raise ValueError(f"{type(module).__name__} has no trainable parameters (none requires grad)")
     module.train()
-    opt = make_optimizer(optimizer, params, lr, momentum, weight_decay)
+    scaler = active_placement().grad_scaler()  # fp16 only (the run's ``precision``)
+    plain = optimizer == "sgd" and scaler is None and all(p.device.type == "cpu" for p in params)
+    opt: Any = PlainSGD(params, lr, momentum, weight_decay) if plain \
+        else make_optimizer(optimizer, params, lr, momentum, weight_decay)
     anchor = [p.detach().clone() for p in params] if mu is not None else None
     half_mu = 0.5 * float(mu) if mu is not None else 0.0
-    scaler = active_placement().grad_scaler()  # fp16 only (the run's ``precision``)
     losses: list[tuple[torch.Tensor, int]] = []  # read back once at the end: no GPU sync per step
     step = 0
     for _ in range(epochs):

@@ -175,7 +175,7 @@ def test_replace_swaps_one_slot_and_leaves_the_original():
     swapped = pipe.replace(aggregate=new_agg, evaluate=GlobalEval(batch_size=7))
     assert swapped.provider("aggregate") is new_agg and swapped.provider("local_update") is sgd
     assert swapped.provider("evaluate").batch_size == 7  # a default slot gets an explicit provider
-    assert pipe.provider("aggregate") is agg and pipe.provider("evaluate").batch_size == 512
+    assert pipe.provider("aggregate") is agg and pipe.provider("evaluate").batch_size == 128
     with pytest.raises(ConfigError, match=r"replace\(aggregate=...\): SGDUpdate does not provide 'aggregate'"):
         pipe.replace(aggregate=SGDUpdate())
 

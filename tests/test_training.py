@@ -175,3 +175,36 @@ def test_the_gradient_hook_sees_unscaled_gradients_under_fp16_loss_scaling(monke
     assert len(seen) == 1
     for got, want in zip(seen[0], true):
         torch.testing.assert_close(got, want)  # scaled, they would be 65536 times larger
+
+
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.9, 1e-3), (0.0, 5e-4)])
+def test_train_epochs_sgd_steps_exactly_as_torch_optim_sgd(momentum, weight_decay):
+    """train_epochs' own SGD (no torch.optim, so no torch._dynamo import) gives torch.optim.SGD's weights, bit for
+    bit, lr schedule included."""
+    from fedcore.data import ArrayDataset
+    from fedcore.models import micro_cnn
+    g = torch.Generator().manual_seed(1)
+    data = ClientData(dataset=ArrayDataset(torch.randn(40, 1, 8, 8, generator=g), torch.randint(0, 10, (40,),
+                                                                                               generator=g)),
+                      indices=list(range(40)))
+    torch.manual_seed(0)
+    ours, theirs = micro_cnn(num_classes=10), micro_cnn(num_classes=10)
+    theirs.load_state_dict(ours.state_dict())
+    plan = dict(epochs=2, lr=0.05, momentum=momentum, weight_decay=weight_decay, batch_size=8,
+                lr_at=lambda step: 0.05 / (1 + step))
+    made = []
+    real = torch.optim.SGD
+
+    def torch_sgd(params, lr, momentum=0.0, weight_decay=0.0):
+        made.append(real(params, lr=lr, momentum=momentum, weight_decay=weight_decay))
+        return made[-1]
+
+    loss = train_epochs(ours, data, generator=torch.Generator().manual_seed(2), **plan)
+    with pytest.MonkeyPatch.context() as mp:  # the same loop through torch.optim.SGD
+        mp.setattr("fedcore.training.PlainSGD", lambda params, lr, momentum, weight_decay:
+                   torch_sgd(params, lr, momentum, weight_decay))
+        torch_loss = train_epochs(theirs, data, generator=torch.Generator().manual_seed(2), **plan)
+    assert made and isinstance(made[0], torch.optim.SGD)
+    assert float(loss) == float(torch_loss)
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fedcore.runtime.workers import spread
 from fedcore.types import ClientUpdate
 
 DEFAULT_BOUND = 100.0
@@ -39,7 +40,7 @@ def norm_outliers(updates: Sequence[ClientUpdate], bound: float) -> tuple[list[C
     """``(kept, rejected)``: ``rejected`` rows (``client``, ``reason``) for updates beyond ``bound`` x the median."""
     if bound <= 0 or len(updates) < 2:
         return list(updates), []
-    norms = [delta_norm(u) for u in updates]
+    norms = spread(delta_norm, updates, what="update-norm check")  # in the threads executor's idle workers
     median = statistics.median_low(norms)
     if not 0 < median < math.inf:  # no scale to compare with (most clients changed nothing): nothing is rejected
         return list(updates), []
