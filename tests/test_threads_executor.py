@@ -212,3 +212,18 @@ def test_a_cohort_on_a_worker_gets_no_server_state():
     finally:
         executor.close()
     assert seen == [None, None]  # the probe on the calling thread too: every job sees what a worker's sees
+
+
+class FailsAtRunStart:
+    """A plugin whose run_start raises: the run ends before its first round."""
+
+    @fedcore.hookimpl
+    def fedcore_run_start(self, run):
+        raise RuntimeError("run_start failed")
+
+
+def test_a_run_that_fails_before_its_first_round_still_closes_the_pool():
+    executor = ThreadsExecutor(workers=2)
+    with pytest.raises(RuntimeError, match="run_start failed"):
+        run_tiny_pipeline([UniformSync(), FailsAtRunStart()], rounds=2, executor=executor)
+    assert executor._pool is None and executor._lending is None  # Engine.run closed it (it did not, before)

@@ -117,11 +117,11 @@ class Engine:
         if self.submit is not None:  # reading a client's state collects its pending job first
             run.client_states = LazyStates(run.client_states, state.pending)
         self.executor.start(self.pipeline, run.train)
-        self.hooks.fedcore_run_start(run=run)
-        resumed = self.checkpoint.restore(run, history=self.history, device=self.placement.torch_device,
-                                          load_runtime=self.load_runtime_state) if self.checkpoint is not None else None
-        start_wall = time.perf_counter() - (resumed.wall_s if resumed is not None else 0.0)
-        try:
+        try:  # from here on the executor is closed whatever fails, run_start and the restore included
+            self.hooks.fedcore_run_start(run=run)
+            resumed = None if self.checkpoint is None else self.checkpoint.restore(
+                run, history=self.history, device=self.placement.torch_device, load_runtime=self.load_runtime_state)
+            start_wall = time.perf_counter() - (resumed.wall_s if resumed is not None else 0.0)
             while run.server.version < run.rounds and run.stop_reason is None:
                 round_wall = time.perf_counter()
                 ctx = RoundContext(round=run.server.version, seed=run.seed, run=run)
