@@ -178,9 +178,10 @@ def test_runtime_tables_build_the_clock_profiles_and_faults(tmp_path):
 
 
 REPRO_CONFIGS = sorted(EXAMPLES.parent.glob("plugins/*/repro/*.toml"))  # each method's sweeps, in its distribution
+PLUGIN_EXAMPLES = sorted(EXAMPLES.parent.glob("plugins/*/examples/*.toml"))  # each method's quickstart config
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")) + REPRO_CONFIGS,
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")) + PLUGIN_EXAMPLES + REPRO_CONFIGS,
                          ids=lambda p: str(p.relative_to(EXAMPLES.parent)))
 def test_every_example_config_plans(path):
     from fedcore.experiment.config import read_toml

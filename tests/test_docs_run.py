@@ -3,8 +3,10 @@
 The convention (also stated at the top of docs/plugins.md):
 
 * ```` ```python ```` blocks of one page run in order in one namespace, like a doctest page, in a temporary
-  working directory per page (with ``examples/`` and ``plugins/`` linked in: commands run from the repository
-  root, a plugin's reproduction included). Each block is its own test, ``PAGE:LINE``.
+  working directory per page, which stands for the folder the page's commands run from (:func:`home`): a plugin's
+  or substrate's README runs from its own folder (its files linked in, nothing from the repository root), every
+  other page from the repository root (``examples/`` and ``plugins/`` linked in). Each block is its own test,
+  ``PAGE:LINE``.
 * ```` ```toml ```` blocks are experiment configs, checked with ``fedcore describe`` (parsed, every name and
   setting resolved, nothing runs), unless their first line is a comment naming another file:
   ``# pyproject.toml`` (parsed; its ``fedcore`` entry points must name an installed registration module, or
@@ -12,10 +14,15 @@ The convention (also stated at the top of docs/plugins.md):
 * ```` ```bash ```` / ```` ```console ```` blocks: each command line is its own test. Lines that start with
   ``fedcore `` run through the CLI (``fedcore.cli.main``, in process) in the page's directory, in page order;
   other commands (``pip``, ``python -m build``, ``scripts/dev``, ...) are reported as skipped, with the reason.
+  ``cd DIR`` names, from the repository root, the folder the page's commands run from: it must be the page's own
+  (``cd plugins/fedcore-robust`` on that plugin's README, stated once, as the page's first command after any
+  ``pip install``; ``test_a_plugin_page_states_its_folder_first``).
 * A block without a language is a diagram or a table, not code; one that looks like a command or code fails
   until it is tagged.
-* Every file a command names (``plugins/fedcore-cos2p/repro/tables.py``, ``examples/cos2p.toml``) exists,
-  relative to the repository root, run or not: a moved script cannot leave a README command behind.
+* Every file a command names (``repro/tables.py``, ``examples/cos2p.toml`` on a plugin's page) exists, relative to
+  the page's folder, run or not: a moved script cannot leave a README command behind, and a plugin's page cannot
+  name a path from the repository root (``plugins/<name>/...``, ``examples/...``, ``scripts/...``) unless that
+  path is in its own folder too.
 * A block opts out only with ``<!-- docs-run: skip (reason) -->`` on the line before it; it is reported as
   skipped with that reason (``-ra`` prints the reasons).
 
@@ -52,6 +59,14 @@ FILE_COMMENT = re.compile(r"^#\s*((?:[\w.-]+/)*[\w.-]+\.(?:py|toml))\b")
 LOOKS_LIKE_CODE = re.compile(r"^\s*(\$ |fedcore |python |pip |import |from \S+ import |def |class |@)")
 RUNNABLE = {"python", "toml", "bash", "console"}
 NOT_CODE = {"", "text"}
+
+
+def home(page: str) -> Path:
+    """The folder a page's commands run from, relative to the root: a plugin's or substrate's README runs from its
+    own folder (a distribution is self-contained: ``cd plugins/<name>``, then its own paths), any other page from
+    the repository root."""
+    path = Path(page)
+    return path.parent if path.parts[0] in ("plugins", "substrates") and len(path.parts) == 3 else Path(".")
 
 
 @attrs.frozen(kw_only=True)
@@ -191,12 +206,42 @@ def run_toml(step: Step, namespace: dict) -> None:
 
 def run_command(step: Step, namespace: dict) -> None:
     argv = shlex.split(step.text, comments=True)
+    if argv[0] == "cd":
+        check_cd(step.block.page, argv)
+        assert home(step.block.page) != Path("."), f"{step.id}: a root page's commands run from the root; opt a " \
+            "block that changes the folder out of running, or move its commands to the plugin's README"
+        return
     from fedcore.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(argv[1:])
     assert status == 0, f"`{step.text}` exited {status}:\n{err.getvalue()}{out.getvalue()[-2000:]}"
+
+
+def check_cd(page: str, argv: list[str]) -> None:
+    """A plugin page's ``cd`` states, from the repository root, the folder its commands run from: the page's own.
+    A root page's ``cd`` names a folder of the repository (its block opts out of running: see ``run_command``)."""
+    if home(page) == Path("."):
+        assert len(argv) == 2 and (ROOT / argv[1]).is_dir(), f"{page}: `{shlex.join(argv)}`: no such folder"
+        return
+    assert len(argv) == 2 and Path(os.path.normpath(argv[1])) == home(page), \
+        f"{page}: `{shlex.join(argv)}`: this page's commands run from {home(page).as_posix()}; write `cd " \
+        f"{home(page).as_posix()}` (from the repository root), then paths relative to it"
+
+
+def folder(step: Step) -> Path:
+    """The folder, relative to the root, a command runs from: its page's :func:`home`, or on a root page the folder
+    the page's last ``cd`` before it named."""
+    where = home(step.block.page)
+    if where != Path("."):
+        return where
+    for s in steps(step.block.page):
+        if s == step:
+            break
+        if s.kind == "command" and s.text.startswith("cd "):
+            where = Path(os.path.normpath(shlex.split(s.text, comments=True)[1]))
+    return where
 
 
 RUNNERS: dict[str, Callable[[Step, dict], None]] = {"python": run_python, "toml": run_toml, "command": run_command}
@@ -206,7 +251,7 @@ def runnable(step: Step) -> str | None:
     """Why a step does not run, or None."""
     if step.block.skip:
         return f"{step.id}: docs-run: skip ({step.block.skip})"
-    if step.kind == "command" and not step.text.startswith("fedcore "):
+    if step.kind == "command" and not step.text.startswith(("fedcore ", "cd ")):
         return f"{step.id}: not a fedcore command, not run: {step.text}"
     if step.kind == "not-code":
         return f"{step.id}: not code (a diagram or table)"
@@ -218,8 +263,13 @@ class Page:
 
     def __init__(self, page: str, directory: Path) -> None:
         self.page, self.dir = page, directory
-        (directory / "examples").symlink_to(ROOT / "examples")
-        (directory / "plugins").symlink_to(ROOT / "plugins")  # commands name plugins/<name>/repro/ from the root
+        if home(page) == Path("."):
+            (directory / "examples").symlink_to(ROOT / "examples")
+            (directory / "plugins").symlink_to(ROOT / "plugins")  # a root page may name a plugin's files
+        else:  # the plugin's own files, and only those; what its commands write stays in the scratch directory
+            for entry in (ROOT / home(page)).iterdir():
+                if entry.name not in OUTPUTS and not entry.name.startswith("."):
+                    (directory / entry.name).symlink_to(entry)
         self.namespace: dict = {"__name__": f"docs:{page}"}
         self.done: dict[str, BaseException | None] = {}
 
@@ -296,13 +346,69 @@ def named_files(command: str) -> list[str]:
             if m and not m.group(1).startswith("runs/") and not Path(m.group(1)).stem.isupper()]
 
 
-COMMANDS = [s for s in ALL_STEPS if s.kind == "command" and named_files(s.text)]
+def root_paths(step: Step) -> list[str]:
+    """The paths a command run from a plugin's folder names from the repository root: path-like words whose first
+    part is an entry of the root but not of the folder (``plugins/fedcore-x/...``, ``scripts/dev``, ``docs/...``)."""
+    where = folder(step)
+    if where == Path(".") or step.text.startswith("cd "):
+        return []
+    try:
+        words = shlex.split(step.text, comments=True)
+    except ValueError:
+        words = step.text.split()
+    paths = [w.split("=", 1)[-1] for w in words]  # --write=plugins/... too
+    return [p for p in paths if "/" in p and not p.startswith(("/", "-")) and Path(p).parts[0] not in OUTPUTS
+            and (ROOT / Path(p).parts[0]).exists() and not (ROOT / where / Path(p).parts[0]).exists()]
+
+
+OUTPUTS = ("runs", "dist", "build")  # what commands write, wherever they run
+COMMANDS = [s for s in ALL_STEPS if s.kind == "command" and (named_files(s.text) or root_paths(s))]
 
 
 @pytest.mark.parametrize("step", COMMANDS, ids=[s.id for s in COMMANDS])
-def test_the_files_a_command_names_exist_from_the_repository_root(step: Step) -> None:
-    missing = [f for f in named_files(step.text) if not (ROOT / f).exists()]
-    assert not missing, f"{step.id}: `{step.text}` names {missing}, not in the repository (run from its root)"
+def test_the_files_a_command_names_exist_from_the_pages_folder(step: Step) -> None:
+    where = folder(step)
+    missing = [f for f in named_files(step.text) if not (ROOT / where / f).exists()]
+    assert not missing, f"{step.id}: `{step.text}` names {missing}, not in {where.as_posix()} (the page's commands " \
+                        "run from there)"
+    rooted = root_paths(step)
+    assert not rooted, f"{step.id}: `{step.text}` names {rooted} from the repository root; this page's commands run " \
+                       f"from {where.as_posix()} (`cd {where.as_posix()}` once, then paths relative to it)"
+
+
+def test_a_plugin_page_cannot_name_the_repository_root() -> None:
+    """On a plugin's page a path from the root is caught even where it names a folder (no file to look for), and a
+    ``cd`` to any folder but the page's own fails; outputs (``runs/``, ``dist/``) and the page's own paths pass."""
+    block = Block(page="plugins/fedcore-robust/README.md", line=1, lang="bash", text="")
+
+    def step(text: str) -> Step:
+        return Step(block=block, line=2, kind="command", text=text)
+
+    assert root_paths(step("python -m pytest -q plugins/fedcore-robust")) == ["plugins/fedcore-robust"]
+    assert root_paths(step("scripts/dev test --write=docs/x.md")) == ["scripts/dev", "docs/x.md"]
+    assert root_paths(step("python -m twine upload dist/*")) == []
+    assert root_paths(step("python repro/tables.py runs/x --write README.md --tag robust-results")) == []
+    check_cd(block.page, ["cd", "plugins/fedcore-robust/"])
+    with pytest.raises(AssertionError, match="this page's commands run from plugins/fedcore-robust"):
+        check_cd(block.page, ["cd", "plugins/fedcore-dp"])
+
+
+PLUGIN_PAGES = [p for p in PAGES if home(p) != Path(".")]
+
+
+@pytest.mark.parametrize("page", PLUGIN_PAGES)
+def test_a_plugin_page_states_its_folder_first(page: str) -> None:
+    """A reader copies a plugin's commands from its README: the first one (after any ``pip install``, which works
+    anywhere) is ``cd plugins/<name>``, stated once, and no other ``cd`` leaves the folder."""
+    commands = [s.text for s in steps(page) if s.kind == "command"]
+    rest = [c for c in commands if not c.startswith("pip install ")]
+    if not rest:
+        return
+    assert rest[0].startswith("cd "), f"{page}: the first command is `{rest[0]}`; state the folder the commands run " \
+                                      f"from first: `cd {home(page).as_posix()}` (from the repository root)"
+    for c in (c for c in rest if c.startswith("cd ")):
+        check_cd(page, shlex.split(c, comments=True))
+    assert sum(c.startswith("cd ") for c in rest) == 1, f"{page}: state `cd {home(page).as_posix()}` once"
 
 
 def test_named_files_reads_paths_from_a_command() -> None:

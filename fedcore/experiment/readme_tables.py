@@ -58,7 +58,7 @@ def sweep_command(sweep: Path) -> str:
 
 def script_command(script: str | Path, argv: Sequence[str]) -> str:
     """``python SCRIPT ARGS`` as typed: the script's path relative to the working directory when it lies below it
-    (pass ``__file__``), so a block written from the repository root names ``plugins/<name>/repro/tables.py``."""
+    (pass ``__file__``), so a block written from the plugin's folder names ``repro/tables.py``."""
     path = Path(script)
     with contextlib.suppress(ValueError):
         path = path.resolve().relative_to(Path.cwd().resolve())

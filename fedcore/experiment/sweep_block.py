@@ -1,8 +1,9 @@
 """A plugin README's results block from a finished ``fedcore sweep``: one command, nothing typed by hand.
 
-    fedcore sweep plugins/fedcore-promptfl/repro/promptfl_sweep.toml --jobs 2 --out runs/promptfl-sweep
-    python plugins/fedcore-promptfl/repro/tables.py runs/promptfl-sweep --metric test_accuracy --percent \\
-        --pair promptfl:untrained --write plugins/fedcore-promptfl/README.md --tag promptfl-results
+    cd plugins/fedcore-promptfl
+    fedcore sweep repro/promptfl_sweep.toml --jobs 2 --out runs/promptfl-sweep
+    python repro/tables.py runs/promptfl-sweep --metric test_accuracy --percent \\
+        --pair promptfl:untrained --write README.md --tag promptfl-results
 
 where the plugin's ``repro/tables.py`` is the two lines ``from fedcore.experiment import sweep_tables`` and
 ``raise SystemExit(sweep_tables(script=__file__))``.

@@ -1,7 +1,8 @@
-"""The CaFPT README's results block, from a finished ``fedcore sweep plugins/fedcore-cafpt/repro/cafpt_sweep.toml``.
+"""The CaFPT README's results block, from a finished ``fedcore sweep repro/cafpt_sweep.toml``.
 
-    nice fedcore sweep plugins/fedcore-cafpt/repro/cafpt_sweep.toml --jobs 2 --out runs/cafpt-sweep
-    python plugins/fedcore-cafpt/repro/tables.py runs/cafpt-sweep --write plugins/fedcore-cafpt/README.md
+    cd plugins/fedcore-cafpt
+    nice fedcore sweep repro/cafpt_sweep.toml --jobs 2 --out runs/cafpt-sweep
+    python repro/tables.py runs/cafpt-sweep --write README.md
 
 Per (rho, N), PromptFL's random N per class (``select=random``) against CaFPT's top-N by PVI (``select=pvi``)
 from the same pools, paired by seed (a draw): final global test accuracy, mean ± std and worst draw; the mean

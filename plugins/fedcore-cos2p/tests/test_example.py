@@ -1,4 +1,5 @@
-"""examples/cos2p.toml: plans, and a shortened run under semi-async finishes with the Co-S2P metrics in its rows."""
+"""The plugin's examples/cos2p.toml: plans, and a shortened run under semi-async finishes with the Co-S2P metrics
+in its rows."""
 from pathlib import Path
 import time
 
@@ -6,7 +7,7 @@ import pytest
 
 from fedcore.experiment import load_config, materialize, plan, run_experiment
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cos2p.toml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cos2p.toml"
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """The fedcore-dp README's results blocks, each from one command (nothing typed by hand).
 
-    nice -n 19 fedcore sweep plugins/fedcore-dp/repro/dp_utility_sweep.toml --jobs 1 --out runs/dp-utility
-    python plugins/fedcore-dp/repro/tables.py utility runs/dp-utility --write plugins/fedcore-dp/README.md
-    python plugins/fedcore-dp/repro/tables.py inversion --write plugins/fedcore-dp/README.md
+    nice -n 19 fedcore sweep repro/dp_utility_sweep.toml --jobs 1 --out runs/dp-utility
+    cd plugins/fedcore-dp
+    python repro/tables.py utility runs/dp-utility --write README.md
+    python repro/tables.py inversion --write README.md
 
 ``utility``: per setting of the sweep, ε at the run's δ (the accountant's value after the last aggregation) and
 the final test accuracy over the seeds (mean ± std), paired per seed with the non-private run (mean difference,
@@ -45,7 +46,7 @@ def _noise(run) -> str:  # type: ignore[no-untyped-def]
 
 
 def utility(sweep: Path, readme: Path | None) -> str:
-    from fedcore.experiment import sweep_statistics
+    from fedcore.experiment import sweep_command, sweep_statistics
 
     stats = sweep_statistics(sweep, metric="test_accuracy", baseline="non-private")
     points, lines = [], [
@@ -82,8 +83,7 @@ def utility(sweep: Path, readme: Path | None) -> str:
     plot = None
     if readme is not None and points and base is not None:
         plot = _curve(points, base.mean, readme.parent / "results" / "dp-utility" / "epsilon_vs_accuracy.png")
-    head = [f"Made by `nice -n 19 fedcore sweep plugins/fedcore-dp/repro/dp_utility_sweep.toml --jobs 1 --out {sweep}`"
-            f" then `python {' '.join(shlex.quote(a) for a in sys.argv)}`.", ""]
+    head = [f"Made by `{sweep_command(sweep)}` then `python {' '.join(shlex.quote(a) for a in sys.argv)}`.", ""]
     tail = [] if plot is None else ["", f"![ε against accuracy]({plot.relative_to(readme.parent)})"]  # type: ignore
     return "\n".join(head + lines + per_seed + tail)
 

@@ -1,9 +1,10 @@
 """The fedcore-drift README's results block, from a finished ``fedcore sweep`` of ``repro/sweep.toml`` (run from the
-repository root):
+plugin's folder):
 
-    nice -n 19 fedcore sweep plugins/fedcore-drift/repro/sweep.toml --jobs 1 --out runs/drift-sweep
-    python plugins/fedcore-drift/repro/tables.py runs/drift-sweep --metric test_accuracy --percent \\
-        --write plugins/fedcore-drift/README.md --tag drift-results
+    cd plugins/fedcore-drift
+    nice -n 19 fedcore sweep repro/sweep.toml --jobs 1 --out runs/drift-sweep
+    python repro/tables.py runs/drift-sweep --metric test_accuracy --percent \\
+        --write README.md --tag drift-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,
 the 95% interval, the paired comparisons, the values per seed and the sweep's plots next to the README.

@@ -1,10 +1,11 @@
 """The fedcore-fair README's results block, from a finished ``fedcore sweep`` of ``repro/sweep.toml`` (run from the
-repository root):
+plugin's folder):
 
-    nice -n 19 fedcore sweep plugins/fedcore-fair/repro/sweep.toml --jobs 1 --out runs/fair-sweep
-    python plugins/fedcore-fair/repro/tables.py runs/fair-sweep \\
+    cd plugins/fedcore-fair
+    nice -n 19 fedcore sweep repro/sweep.toml --jobs 1 --out runs/fair-sweep
+    python repro/tables.py runs/fair-sweep \\
         --metric personal_accuracy_min --metric personal_accuracy_std \\
-        --metric test_accuracy --percent --write plugins/fedcore-fair/README.md --tag fair-results
+        --metric test_accuracy --percent --write README.md --tag fair-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,
 the 95% interval, the paired comparisons, the values per seed and the sweep's plots next to the README.

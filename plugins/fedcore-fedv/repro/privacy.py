@@ -6,12 +6,13 @@ recording on (seed 0, Dirichlet(0.3), 10 clients, half per round, the micro ViT 
 the honest-but-curious server then attacks one client's first batch of round 0 through each channel it saw
 (smashed data; the output gradient dL/db, DLG + iDLG; the two SPSA losses), knowing the client's segments as it
 distributed them at round start. The attacks are deterministic given the transcript. Accuracy across seeds is
-``fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml`` (``plugins/fedcore-fedv/repro/tables.py``).
+``fedcore sweep repro/fedv_sweep.toml`` (``repro/tables.py``). From the plugin's folder (``cd plugins/fedcore-fedv``):
 
-    nice python plugins/fedcore-fedv/repro/privacy.py --out runs/fedv-privacy --readme     # ~1-2 CPU min, 1 thread
+    nice python repro/privacy.py --out runs/fedv-privacy --readme     # ~1-2 CPU min, 1 thread
 
 Writes ``privacy.md``, ``privacy.json`` and ``reconstructions.png`` into ``--out`` and, with ``--readme``, the
-table into the plugin README (block ``fedv-privacy``) and the figure into ``plugins/fedcore-fedv/results/``.
+table into the plugin README (block ``fedv-privacy``) and the figure into the plugin's ``results/`` (both found
+from this file, wherever it runs).
 """
 from __future__ import annotations
 
@@ -19,20 +20,20 @@ import argparse
 import json
 from pathlib import Path
 import shutil
+import sys
 
 import torch
 
 from fedcore import Pipeline
 from fedcore.builtin import DirichletPartition, UniformSync
 from fedcore.data import load_digits
-from fedcore.experiment import replace_block
+from fedcore.experiment import replace_block, script_command
 from fedcore.models import pretrained_for_target
 from fedcore_fedv import FedV, FedVZ, PairedTest
 from fedcore_fedv import inversion as inv
 from fedcore_split import SplitFedV1, layout_for
 
 PLUGIN = Path(__file__).resolve().parents[1]
-COMMAND = "nice python plugins/fedcore-fedv/repro/privacy.py --out runs/fedv-privacy --readme"
 METHODS = ("FedV", "FedVZ", "FedVZ strict", "SplitFed V1")
 
 
@@ -155,11 +156,12 @@ def main(argv: list[str] | None = None) -> None:
                                                  indent=1))
     figure(priv, out / "reconstructions.png")
     if a.readme:
+        command = script_command(__file__, sys.argv[1:] if argv is None else argv)  # as typed, from where it ran
         results = PLUGIN / "results" / "fedv-privacy"
         results.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "reconstructions.png", results / "reconstructions.png")
         replace_block(PLUGIN / "README.md", "fedv-privacy",
-                      f"**Command:** `{COMMAND}`\n\n{text}\n\n![reconstructions of the attacked batch]"
+                      f"**Command:** `nice {command}`\n\n{text}\n\n![reconstructions of the attacked batch]"
                       f"(results/fedv-privacy/reconstructions.png)")
         print(f"wrote the table into {PLUGIN / 'README.md'}")
 

@@ -1,8 +1,9 @@
 """The FedV README's results block, from a finished ``fedcore sweep`` of ``repro/fedv_sweep.toml``: one command.
 
-    nice fedcore sweep plugins/fedcore-fedv/repro/fedv_sweep.toml --jobs 2 --out runs/fedv-sweep
-    python plugins/fedcore-fedv/repro/tables.py runs/fedv-sweep --pair fedv:fedvz --pair fedv:fedavg-scratch/local \\
-        --write plugins/fedcore-fedv/README.md
+    cd plugins/fedcore-fedv
+    nice fedcore sweep repro/fedv_sweep.toml --jobs 2 --out runs/fedv-sweep
+    python repro/tables.py runs/fedv-sweep --pair fedv:fedvz --pair fedv:fedavg-scratch/local \\
+        --write README.md
 
 Richer than :func:`fedcore.experiment.sweep_tables` in two ways the claims need. A FedAvg run records two scorings,
 ``test_accuracy`` (the global model) and ``local_model_accuracy`` (each client's model after its own local

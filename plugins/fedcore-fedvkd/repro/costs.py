@@ -1,10 +1,11 @@
 """FedVKD's E0 (spec 002 Sec. 6.3): parameters and forward MACs of the paper-scale models, and the uplink per sample.
 
-    python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md
+    cd plugins/fedcore-fedvkd
+    python repro/costs.py --write README.md
 
 Analytic, not a training run: the models are built at paper size with random init and their MACs counted by
 a FLOP counter (spec Sec. 4.4), so nothing depends on a seed and there is nothing to sweep or average. The
-seeded experiments (E1, E2, E4, E6) are ``fedcore sweep`` runs: plugins/fedcore-fedvkd/repro/fedvkd_sweep.toml,
+seeded experiments (E1, E2, E4, E6) are ``fedcore sweep`` runs: repro/fedvkd_sweep.toml,
 repro/fedvkd_async_sweep.toml and repro/tables.py. Writes the table between
 ``<!-- generated:fedvkd-costs -->`` and ``<!-- /generated:fedvkd-costs -->``.
 """
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+import sys
 import time
 
 import torch
 
-from fedcore.experiment import emit
+from fedcore.experiment import emit, script_command
 from fedcore_distill import forward_macs, num_params, paper_models
 
 TAG = "fedvkd-costs"
@@ -46,8 +48,7 @@ def paper_costs() -> list[tuple[str, str, str]]:
 
 
 def costs_block(rows: list[tuple[str, str, str]], seconds: float) -> str:
-    return "\n".join(["Command: `python plugins/fedcore-fedvkd/repro/costs.py --write plugins/fedcore-fedvkd/README.md`"
-                      f" ({seconds:.0f} s).", "",
+    return "\n".join([f"Command: `{script_command(__file__, sys.argv[1:])}` ({seconds:.0f} s).", "",
                       "**E0: costs at paper scale** (random init, FLOP counter on the meta device; spec §4.4):", "",
                       "| model | params | forward MACs / sample |", "|---|---|---|",
                       *(f"| {m} | {p} | {c} |" for m, p, c in rows)])

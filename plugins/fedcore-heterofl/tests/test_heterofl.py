@@ -9,7 +9,7 @@ from fedcore.experiment import load_config, materialize, plan
 from fedcore.models import micro_vit
 from fedcore.testing import tiny_data
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "heterofl.toml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heterofl.toml"
 
 
 def vit():

@@ -1,9 +1,10 @@
 """The fedcore-optim README's results block, from a finished ``fedcore sweep`` of ``repro/sweep.toml`` (run from the
-repository root):
+plugin's folder):
 
-    nice -n 19 fedcore sweep plugins/fedcore-optim/repro/sweep.toml --jobs 1 --out runs/optim-sweep
-    python plugins/fedcore-optim/repro/tables.py runs/optim-sweep --metric test_accuracy --percent \\
-        --write plugins/fedcore-optim/README.md --tag optim-results
+    cd plugins/fedcore-optim
+    nice -n 19 fedcore sweep repro/sweep.toml --jobs 1 --out runs/optim-sweep
+    python repro/tables.py runs/optim-sweep --metric test_accuracy --percent \\
+        --write README.md --tag optim-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,
 the 95% interval, the paired comparisons, the values per seed and the sweep's plots next to the README.

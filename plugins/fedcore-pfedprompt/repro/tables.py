@@ -1,7 +1,8 @@
 """The pFedPrompt README's results block, from a finished ``fedcore sweep`` of ``repro/pfedprompt_sweep.toml``.
 
-    nice fedcore sweep plugins/fedcore-pfedprompt/repro/pfedprompt_sweep.toml --jobs 2 --out runs/pfedprompt-sweep
-    python plugins/fedcore-pfedprompt/repro/tables.py runs/pfedprompt-sweep --write plugins/fedcore-pfedprompt/README.md
+    cd plugins/fedcore-pfedprompt
+    nice fedcore sweep repro/pfedprompt_sweep.toml --jobs 2 --out runs/pfedprompt-sweep
+    python repro/tables.py runs/pfedprompt-sweep --write README.md
 
 Methods x shots, mean ± std across seeds, of what every cell recorded: ``local_accuracy`` (pFedPrompt at the
 fixed α), ``local_accuracy_local_space``, ``heldout_accuracy@selected`` (α picked on the validation half) and the

@@ -6,22 +6,23 @@ tiny CLIP; a share's size does not depend on the seed), the learnable share and 
 parameter counts (``prompt_ratios`` builds the open_clip architectures with random weights, nothing is
 downloaded), Table 4.1 is ``system_cost``'s closed form and the zero-shot accuracy is the fixed backbone's.
 
-    python plugins/fedcore-promptfl/repro/costs.py --write plugins/fedcore-promptfl/README.md
+    cd plugins/fedcore-promptfl
+    python repro/costs.py --write README.md
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+import sys
 
 import torch
 
-from fedcore.experiment import replace_block
+from fedcore.experiment import replace_block, script_command
 from fedcore_clip import prompted_clip
 from fedcore_clip.captioned import downstream
 from fedcore_clip.pretrain import load_pretrained
 from fedcore_promptfl import clip_image_classifier, finetune_pipeline, prompt_ratios, promptfl_pipeline, system_cost
 
-COMMAND = "python plugins/fedcore-promptfl/repro/costs.py --write plugins/fedcore-promptfl/README.md"
 CLIENTS = 10
 
 
@@ -46,7 +47,8 @@ def block() -> str:
     ft_up, ft_down = bytes_per_round(finetune_pipeline(shots=2, mode="iid", epochs=1), tower, train, test)
     pf_train, pf_total = learnable(prompt)
     ft_train, ft_total = learnable(tower)
-    lines = [f"**Command:** `{COMMAND}` (no seeds: every number below is a count or a fixed model's score).", "",
+    command = script_command(__file__, sys.argv[1:])  # as typed, from the folder it ran in
+    lines = [f"**Command:** `{command}` (no seeds: every number below is a count or a fixed model's score).", "",
              f"Backbone `{backbone.name}`: {sum(p.numel() for p in backbone.parameters()) / 1e6:.1f} M parameters; "
              f"zero-shot accuracy of the hand-written caption ensemble (no prompt learning) "
              f"{100 * info['zero_shot_pretrain']:.1f} % on its pre-training images and "

@@ -1,9 +1,10 @@
 """The fedcore-robust README's results block, from a finished ``fedcore sweep`` of ``repro/sweep.toml`` (run from the
-repository root):
+plugin's folder):
 
-    nice -n 19 fedcore sweep plugins/fedcore-robust/repro/sweep.toml --jobs 1 --out runs/robust-sweep
-    python plugins/fedcore-robust/repro/tables.py runs/robust-sweep --metric test_accuracy --percent \\
-        --write plugins/fedcore-robust/README.md --tag robust-results
+    cd plugins/fedcore-robust
+    nice -n 19 fedcore sweep repro/sweep.toml --jobs 1 --out runs/robust-sweep
+    python repro/tables.py runs/robust-sweep --metric test_accuracy --percent \\
+        --write README.md --tag robust-results
 
 The generic sweep block (:func:`fedcore.experiment.sweep_tables`): per setting and metric, mean ± std over seeds,
 the 95% interval, the paired comparisons, the values per seed and the sweep's plots next to the README.

@@ -4,8 +4,9 @@
 digits 0-4 (cached); the federated target task is digits 5-9 with a fresh head, 5 clients, Dirichlet
 label skew, full participation. FedAvg and FedPer start from scratch, as in the paper.
 
-    nice python plugins/fedcore-safedlora/repro/reproduce.py --out runs/safedlora            # ~4 min, 1 thread
-    nice python plugins/fedcore-safedlora/repro/reproduce.py --seeds 0 1 2 --out runs/safedlora
+    cd plugins/fedcore-safedlora
+    nice python repro/reproduce.py --out runs/safedlora            # ~4 min, 1 thread
+    nice python repro/reproduce.py --seeds 0 1 2 --out runs/safedlora
 
 Writes ``results.json``, ``results.md``, ``accuracy_vs_bytes.png`` and ``rank_over_rounds.png``.
 """

@@ -1,7 +1,8 @@
 """The SA-FedLoRA README's results block, from a finished ``fedcore sweep`` of ``repro/safedlora_sweep.toml``.
 
-    nice fedcore sweep plugins/fedcore-safedlora/repro/safedlora_sweep.toml --jobs 2 --out runs/safedlora-sweep
-    python plugins/fedcore-safedlora/repro/tables.py runs/safedlora-sweep --write plugins/fedcore-safedlora/README.md
+    cd plugins/fedcore-safedlora
+    nice fedcore sweep repro/safedlora_sweep.toml --jobs 2 --out runs/safedlora-sweep
+    python repro/tables.py runs/safedlora-sweep --write README.md
 
 Per setting across seeds: final and best test accuracy (mean ± std, paired t and Wilcoxon against FedFFT),
 and the bytes the ledger counted (total, and to the first round >= 0.85, TC). Writes the markdown between

@@ -1,7 +1,8 @@
 """The fedcore-secagg README's overhead table from a finished sweep: one command, nothing typed by hand.
 
-    nice -n 19 fedcore sweep plugins/fedcore-secagg/repro/secagg_overhead_sweep.toml --jobs 1 --out runs/secagg
-    python plugins/fedcore-secagg/repro/tables.py runs/secagg --write plugins/fedcore-secagg/README.md
+    cd plugins/fedcore-secagg
+    nice -n 19 fedcore sweep repro/secagg_overhead_sweep.toml --jobs 1 --out runs/secagg
+    python repro/tables.py runs/secagg --write README.md
 
 Per number of clients and dropout rate, over the seeds (mean ± std): the bytes one round moves (up + down, the
 ledger's totals over the run / rounds), the protocol's own share of them, the virtual time per round (the clock
@@ -86,7 +87,7 @@ def row(n: int, drop: str, seeds: list[int], plain: Cell, secure: Cell, base: Ce
 
 
 def table(sweep: Path) -> str:
-    from fedcore.experiment import sweep_statistics
+    from fedcore.experiment import sweep_command, sweep_statistics
 
     stats = sweep_statistics(sweep, metric="bytes_up_total", baseline="plain-0")
     cells: dict[tuple[str, int, str], dict[int, dict[str, float]]] = {}
@@ -107,9 +108,8 @@ def table(sweep: Path) -> str:
             seeds = sorted(set(plain) & set(secure))
             if seeds:
                 lines.append(row(n, drop, seeds, plain, secure, base))
-    head = [f"Made by `nice -n 19 fedcore sweep plugins/fedcore-secagg/repro/secagg_overhead_sweep.toml --jobs 1 --out "
-            f"{sweep}` then `python {' '.join(shlex.quote(a) for a in sys.argv)}`; mean ± std over the seeds "
-            f"(ratios paired by seed).", ""]
+    head = [f"Made by `{sweep_command(sweep)}` then `python {' '.join(shlex.quote(a) for a in sys.argv)}`; "
+            "mean ± std over the seeds (ratios paired by seed).", ""]
     return "\n".join(head + lines)
 
 

@@ -1,5 +1,5 @@
 """Spec 003a A8's deterministic parts, scaled to a 2-core CPU: ``python repro/reproduce.py [--quick]``
-(from the plugin's folder or as ``plugins/fedcore-treelearning/repro/reproduce.py`` from the repository root).
+from the plugin's folder (it finds the README from its own file, so any working directory does).
 
 Writes the results between the ``<!-- reproduce:... -->`` markers of the plugin README and ``speedup.png``:
 

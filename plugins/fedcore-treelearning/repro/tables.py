@@ -1,10 +1,11 @@
 """The Tree Learning README's accuracy block, from a finished ``fedcore sweep`` of
-``repro/treelearning_parity_sweep.toml`` (the commands run from the repository root).
+``repro/treelearning_parity_sweep.toml`` (the commands run from the plugin's folder).
 
-    nice fedcore sweep plugins/fedcore-treelearning/repro/treelearning_parity_sweep.toml --jobs 2 \\
+    cd plugins/fedcore-treelearning
+    nice fedcore sweep repro/treelearning_parity_sweep.toml --jobs 2 \\
         --out runs/treelearning-parity
-    python plugins/fedcore-treelearning/repro/tables.py runs/treelearning-parity \\
-        --write plugins/fedcore-treelearning/README.md
+    python repro/tables.py runs/treelearning-parity \\
+        --write README.md
 
 Per setting across seeds: final test accuracy (mean ± std; paired t and Wilcoxon against the SL setting of the
 same mode), simulated seconds per epoch, and the simulated time to 95 % of that SL setting's mean final accuracy

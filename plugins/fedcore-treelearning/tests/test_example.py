@@ -1,4 +1,5 @@
-"""examples/treelearning.toml: `fedcore run` finishes in under two minutes, and a SIGKILL + resume equals it."""
+"""The plugin's examples/treelearning.toml: `fedcore run` finishes in under two minutes, and a SIGKILL + resume
+equals it."""
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 
 from fedcore.cli import main
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "treelearning.toml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "treelearning.toml"
 
 
 def rows_of(run_dir):
