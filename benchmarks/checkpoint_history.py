@@ -49,6 +49,9 @@ def run(kind: str, rounds: int, every: int) -> tuple[list[tuple[int, int, float]
             took = time.perf_counter() - start
             if path is not None:
                 seen.append((run_ctx.server.version, (path / STATE).stat().st_size, took))
+                print(f"  {kind:9s} round {seen[-1][0]:>6}: {seen[-1][1] / 1024:8.1f} KiB, {took * 1e3:7.1f} ms; "
+                      f"{time.perf_counter() - wall:7.1f} s wall, {time.process_time() - cpu:7.1f} s CPU so far; "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
             return path
 
         checkpointer.after_round = timed
