@@ -34,9 +34,12 @@ class EmbeddedCheckpointer(Checkpointer):
         self.journals = {}
 
 
-def run(kind: str, rounds: int, every: int) -> tuple[list[tuple[int, int, float]], float, float]:
-    """``(round, state.json bytes, seconds in after_round)`` per checkpoint, and the run's wall and CPU seconds."""
-    seen: list[tuple[int, int, float]] = []
+Seen = tuple[int, int, float, float]  # round, state.json bytes, wall and CPU seconds in after_round
+
+
+def run(kind: str, rounds: int, every: int) -> tuple[list[Seen], float, float]:
+    """``(round, state.json bytes, wall s, CPU s in after_round)`` per checkpoint, and the run's wall and CPU s."""
+    seen: list[Seen] = []
     wall, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as root:
         cls = Checkpointer if kind == "journal" else EmbeddedCheckpointer
@@ -44,12 +47,13 @@ def run(kind: str, rounds: int, every: int) -> tuple[list[tuple[int, int, float]
         inner = checkpointer.after_round
 
         def timed(run_ctx, **kwargs):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             path = inner(run_ctx, **kwargs)
-            took = time.perf_counter() - start
+            took, took_cpu = time.perf_counter() - start, time.process_time() - start_cpu
             if path is not None:
-                seen.append((run_ctx.server.version, (path / STATE).stat().st_size, took))
-                print(f"  {kind:9s} round {seen[-1][0]:>6}: {seen[-1][1] / 1024:8.1f} KiB, {took * 1e3:7.1f} ms; "
+                seen.append((run_ctx.server.version, (path / STATE).stat().st_size, took, took_cpu))
+                print(f"  {kind:9s} round {seen[-1][0]:>6}: {seen[-1][1] / 1024:8.1f} KiB, {took * 1e3:7.1f} ms "
+                      f"({took_cpu * 1e3:6.1f} ms CPU); "
                       f"{time.perf_counter() - wall:7.1f} s wall, {time.process_time() - cpu:7.1f} s CPU so far; "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
             return path
@@ -66,24 +70,24 @@ def main() -> None:
     every = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
     torch.set_num_threads(1)
     print(f"checkpoint cost vs rounds: {rounds} rounds, a checkpoint every {every}; load {os.getloadavg()[0]:.2f}")
-    results: dict[str, list[list[tuple[int, int, float]]]] = {"journal": [], "embedded": []}
+    results: dict[str, list[list[Seen]]] = {"journal": [], "embedded": []}
     for order in (("journal", "embedded"), ("embedded", "journal")):
         for kind in order:
             seen, wall, cpu = run(kind, rounds, every)
             results[kind].append(seen)
             print(f"{kind:9s} run: {wall:8.1f} s wall, {cpu:8.1f} s CPU; load {os.getloadavg()[0]:.2f}", flush=True)
-    print("round   | journal KiB  ms (median) | embedded KiB  ms (median)")
-    for i, (rnd, _, _) in enumerate(results["journal"][0]):
-        cells = [f"{results[kind][0][i][1] / 1024:8.1f} {statistics.median(r[i][2] for r in results[kind]) * 1e3:7.1f}"
-                 for kind in results]
-        print(f"{rnd:>7} | {cells[0]:>24} | {cells[1]:>24}")
+    print("round   | journal KiB, ms wall, ms CPU (medians) | embedded KiB, ms wall, ms CPU (medians)")
+    for i, (rnd, *_) in enumerate(results["journal"][0]):
+        cells = [f"{results[kind][0][i][1] / 1024:8.1f} {statistics.median(r[i][2] for r in results[kind]) * 1e3:7.1f} "
+                 f"{statistics.median(r[i][3] for r in results[kind]) * 1e3:7.1f}" for kind in results]
+        print(f"{rnd:>7} | {cells[0]:>38} | {cells[1]:>38}")
     for kind, runs in results.items():
         first, last = runs[0][0], runs[0][-1]
-        t_first = statistics.median(r[0][2] for r in runs)
-        t_last = statistics.median(r[-1][2] for r in runs)
+        t_first, t_last = (statistics.median(r[i][2] for r in runs) for i in (0, -1))
+        c_first, c_last = (statistics.median(r[i][3] for r in runs) for i in (0, -1))
         print(f"{kind:9s} round {first[0]:>6}: state.json {first[1] / 1024:8.1f} KiB, {t_first * 1e3:7.1f} ms | "
               f"round {last[0]:>6}: {last[1] / 1024:8.1f} KiB, {t_last * 1e3:7.1f} ms | "
-              f"last/first size {last[1] / first[1]:.2f}, time {t_last / t_first:.2f}")
+              f"last/first size {last[1] / first[1]:.2f}, time {t_last / t_first:.2f}, CPU {c_last / c_first:.2f}")
 
 
 if __name__ == "__main__":
