@@ -7,7 +7,7 @@ engine computed them by summing the whole ledger each round, O(rounds) per round
 after every round, both ways, interleaved; the CPU seconds of the bookkeeping alone are compared and the totals
 checked equal. What the re-summing cost a real run is this difference (the training is the same).
 
-    python benchmarks/ledger_totals.py [ROUNDS]     # default 10000
+    python benchmarks/ledger_totals.py [ROUNDS] [PAIRS]     # default 10000 3
 """
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def book_run(rounds: int, running: bool) -> dict[str, float]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     runs = interleave({"re-sum": lambda: book_run(rounds, False), "running": lambda: book_run(rounds, True)},
-                      reps=3)
+                      reps=pairs)
     runs.print_header("history row byte totals: re-summing the ledger vs running totals", rounds=rounds,
                       clients=CLIENTS)
     runs.print_times("cpu")
