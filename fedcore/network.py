@@ -111,10 +111,25 @@ class Channel:
 
 
 class Ledger:
-    """Every transfer of a run, queryable by round, client, direction and kind."""
+    """Every transfer of a run, queryable by round, client, direction and kind.
+
+    The run's totals by direction and kind are kept as running sums (the engine reads them into every history
+    row), folded in from the rows added since they were last asked for: O(new rows) per round, not O(the run).
+    ``rows`` only grows through :meth:`merge` and :meth:`book`; assigning it (a resume) recounts the totals.
+    """
 
     def __init__(self, rows: Iterable[Transfer] = ()) -> None:
-        self.rows: list[Transfer] = list(rows)
+        self.rows = list(rows)
+
+    @property
+    def rows(self) -> list[Transfer]:
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: list[Transfer]) -> None:
+        self._rows = rows
+        self._totals: dict[tuple[str, str], int] = {}  # (direction, kind) -> bytes of rows[:_counted]
+        self._counted = 0
 
     def merge(self, rows: Sequence[Transfer]) -> None:
         self.rows.extend(rows)
@@ -126,8 +141,21 @@ class Ledger:
         channel.booked = len(channel.rows)
         return rows
 
+    def totals(self) -> dict[tuple[str, str], int]:
+        """Bytes of the whole run by ``(direction, kind)`` (a copy), kept up to date incrementally."""
+        if len(self._rows) < self._counted:  # the list was cut in place: count it again
+            self.rows = self._rows
+        for r in self._rows[self._counted:]:
+            key = (r.direction, r.kind)
+            self._totals[key] = self._totals.get(key, 0) + r.nbytes
+        self._counted = len(self._rows)
+        return dict(self._totals)
+
     def total(self, *, direction: str | None = None, kind: str | None = None, round: int | None = None,
               client: int | None = None) -> int:
+        if round is None and client is None:  # the running totals: no pass over the run's rows
+            return sum(n for (d, k), n in self.totals().items()
+                       if (direction in (None, d)) and (kind in (None, k)))
         return sum(
             r.nbytes
             for r in self.rows
@@ -136,6 +164,8 @@ class Ledger:
         )
 
     def by_kind(self, *, round: int | None = None) -> dict[tuple[str, str], int]:
+        if round is None:
+            return self.totals()
         out: dict[tuple[str, str], int] = defaultdict(int)
         for r in self.rows:
             if round in (None, r.round):

@@ -216,6 +216,9 @@ def test_rich_progress_renders_and_degrades(tmp_path):
     auto.start()
     auto.round_done({"round": 0, "clients": [0, 1], "test_accuracy": 0.5, "round_wall_s": 0.1})
     assert "round 1/2  clients 2  test_accuracy 0.5000" in plain.getvalue()
+    assert "0.10 s/round  eta 0.1s" in plain.getvalue()
+    auto.round_done({"round": 1, "clients": [0, 1], "round_wall_s": 0.3})
+    assert "round 2/2" in plain.getvalue() and "0.20 s/round" in plain.getvalue()  # the mean of every round so far
 
 
 def test_console_script_is_installed():

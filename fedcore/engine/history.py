@@ -72,9 +72,6 @@ class History:
             return (f"the last {streak} rounds of {len(self.rows)} applied no client update: every update was "
                     f"rejected or the aggregate refused (last: {self.rows[-1].get('round_failed')})")
         return None
-        reasons = [r["round_failed"] for r in self.rows if "round_failed" in r]
-        last = f"; last: {reasons[-1]}" if reasons else ""
-        return f"no round of {len(self.rows)} applied a client update ({len(reasons)} failed{last})"
 
     def comparable(self) -> list[dict[str, Any]]:
         """Rows without wall-clock fields: what must be identical between two runs with the same seed."""

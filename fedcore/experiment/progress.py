@@ -82,7 +82,7 @@ class RunProgress:
             mode = "rich" if tty and os.environ.get("TERM") != "dumb" and not os.environ.get("CI") else "plain"
         self.mode, self.name, self.rounds = mode, name, rounds
         self.clients_done = 0
-        self._times: list[float] = []
+        self._wall_sum, self._rounds_seen = 0.0, 0  # the mean round time without keeping every round's
         self._start = time.perf_counter()
         self._progress: Progress | None = None
         self._task: TaskID | None = None
@@ -129,8 +129,9 @@ class RunProgress:
         self._update(clients=self.clients_done)
 
     def round_done(self, record: Mapping[str, Any]) -> None:
-        self._times.append(float(record.get("round_wall_s", 0.0)))
-        done = int(record.get("round", len(self._times) - 1)) + 1
+        self._wall_sum += float(record.get("round_wall_s", 0.0))
+        self._rounds_seen += 1
+        done = int(record.get("round", self._rounds_seen - 1)) + 1
         key = accuracy_key(record)
         acc = f"{record[key]:.4f}" if key else "-"
         moved = human_bytes(record.get("bytes_up_total", 0) + record.get("bytes_down_total", 0))
@@ -144,7 +145,7 @@ class RunProgress:
             return
         if self.mode == "none":
             return
-        mean = sum(self._times) / len(self._times)
+        mean = self._wall_sum / self._rounds_seen
         parts = [f"[{self.name}] round {done}/{self.rounds}", f"clients {clients}"]
         if key:
             parts.append(f"{key} {acc}")
