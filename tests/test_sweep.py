@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from fedcore.cli import main
 from fedcore.errors import ConfigError
@@ -76,6 +75,8 @@ def test_each_cell_is_the_run_fedcore_run_gives(swept, tmp_path, capsys):
 
 
 def test_report_gives_the_statistics_of_the_cells(swept, tmp_path, capsys):
+    from scipy import stats
+
     _, out = swept
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     text = capsys.readouterr().out
@@ -208,6 +209,8 @@ def test_a_directory_holding_another_sweep_is_refused(swept, capsys):
 
 
 def test_statistics_match_scipy_and_handle_degenerate_pairs():
+    from scipy import stats
+
     s = spread([0.5, 0.7, 0.6])
     assert s.mean == pytest.approx(0.6) and s.std == pytest.approx(0.1)
     assert (s.low, s.high) == pytest.approx(stats.t.interval(0.95, 2, loc=0.6, scale=0.1 / np.sqrt(3)))
