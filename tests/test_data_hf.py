@@ -1,6 +1,7 @@
 """``dataset = { name = "hf", ... }`` on sources the tests write (parquet with a writer column, imagefolder PNGs):
 through the config planner, natural-id, a short ``fedcore run``, the per-batch transform, offline and unsafe
 sources. Nothing is downloaded: offline mode is switched on where a hub id is named."""
+import importlib.util
 import os
 import pickle
 import textwrap
@@ -17,8 +18,9 @@ from fedcore.experiment.build import materialize, plan
 from fedcore.experiment.config import validate
 from fedcore.testing import ContractFixture, build_engine
 
-datasets = pytest.importorskip("datasets")
-Image = pytest.importorskip("PIL.Image")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("datasets") is None or importlib.util.find_spec("PIL") is None,
+                                reason="needs datasets and pillow")
+"""Looked up, not imported: ``datasets`` (with pandas and pyarrow) is imported by the tests that use it."""
 
 WRITERS = ["w2", "w0", "w1", "w0", "w2", "w2", "w1", "w0", "w1", "w2", "w0", "w1"]
 
@@ -30,6 +32,8 @@ def pixels(seed, shape):
 @pytest.fixture
 def parquet_source(tmp_path):
     """12 RGB 8x8 train images of 3 classes by 3 writers, 4 test images; written as HF writes parquet."""
+    import datasets
+    from PIL import Image
     feat = datasets.Features({"img": datasets.Image(), "fine_label": datasets.ClassLabel(names=["ant", "bee", "cat"]),
                               "writer_id": datasets.Value("string")})
     arrays = [pixels(i, (8, 8, 3)) for i in range(16)]
@@ -112,6 +116,7 @@ def test_a_short_fedcore_run_on_parquet_with_natural_id(parquet_source, capsys):
 
 
 def write_imagefolder(root, sizes=None):
+    from PIL import Image
     sizes = sizes or {}
     written = {}
     for c, cls in enumerate(("cat", "dog")):
@@ -197,6 +202,7 @@ def test_a_missing_column_lists_the_columns(parquet_source):
 
 
 def test_offline_and_not_cached_is_one_line_naming_the_dataset_and_the_caches(tmp_path, monkeypatch):
+    import datasets
     import huggingface_hub.constants
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 sets at import
@@ -230,6 +236,7 @@ class Payload:
 
 
 def test_scripts_pickles_and_postscript_are_refused_without_running_anything(tmp_path):
+    from PIL import Image
     marker = tmp_path / "pwned"
     script_dir = tmp_path / "myset"
     script_dir.mkdir()
@@ -256,6 +263,8 @@ def test_scripts_pickles_and_postscript_are_refused_without_running_anything(tmp
 
 
 def test_hf_disk_is_the_same_loader(tmp_path):
+    import datasets
+    from PIL import Image
     feat = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])})
     arrays = [pixels(i, (5, 5)) for i in range(4)]
     datasets.DatasetDict({
@@ -271,6 +280,7 @@ def test_hf_disk_is_the_same_loader(tmp_path):
 
 
 def test_a_column_of_feature_vectors_is_used_as_is(tmp_path):
+    import datasets
     vectors = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
     datasets.Dataset.from_dict({"features": vectors.tolist(), "label": ["b", "a", "b", "c", "a", "c"]}).to_parquet(
         str(tmp_path / "train.parquet"))

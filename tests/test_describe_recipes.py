@@ -1,13 +1,8 @@
 """Recipes are discoverable: ``fedcore plugins`` lists them, ``fedcore describe RECIPE`` shows each slot's component
-with its settings as the recipe sets them, ``python -m fedcore describe fedavg`` works."""
+with its settings as the recipe sets them (``python -m fedcore`` itself: tests/test_discover.py)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-
-import pytest
 
 import fedcore
 from fedcore.cli import main
@@ -63,12 +58,12 @@ def test_describe_name_of_a_prompt_recipe_matches_its_pipeline():
     assert type(pipe.provider("split")).__name__ == "PromptShare" and info["slots"]["split"] == "prompt-share"
 
 
-@pytest.mark.integration
-def test_python_m_fedcore_describes_a_recipe():
-    env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "fedcore", "describe", "fedavg"], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "fedavg  component from plugin builtin" in proc.stdout
-    assert "fedavg  recipe from plugin builtin" in proc.stdout
-    assert "local_update" in proc.stdout and "sgd" in proc.stdout
+def test_describe_shows_a_recipe_beside_the_component_of_its_name(capsys, monkeypatch):
+    """``fedcore describe fedavg`` (the CLI's main, in process: ``python -m fedcore`` itself is checked by
+    tests/test_discover.py::test_python_dash_m_fedcore_is_the_command, with ``describe``)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    rc, out, err = run_cli(capsys, "describe", "fedavg")
+    assert rc == 0, err
+    assert "fedavg  component from plugin builtin" in out
+    assert "fedavg  recipe from plugin builtin" in out
+    assert "local_update" in out and "sgd" in out

@@ -6,6 +6,7 @@ sizes passed through), except the meta-device builds, which cost no memory.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,7 +16,8 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("timm")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="needs timm")
+"""Looked up, not imported: importing timm costs ~2 CPU-s, paid by the test that builds a model, not at collection."""
 
 from fedcore.cli import main  # noqa: E402
 from fedcore.errors import ConfigError  # noqa: E402

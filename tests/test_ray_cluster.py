@@ -7,6 +7,7 @@ child process: a driver joins one cluster per process. Nodes started here are st
 
     pytest tests/test_ray_cluster.py            # both (the two-node test takes about a minute)
 """
+import importlib.util
 import ipaddress
 import json
 import os
@@ -23,8 +24,10 @@ import torch
 
 from fedcore.errors import ConfigError
 
-ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
+if importlib.util.find_spec("ray") is None or importlib.util.find_spec("psutil") is None:  # looked up, not imported
+    pytest.skip("needs ray and psutil", allow_module_level=True)
+import psutil  # noqa: E402
+
 from fedcore.engine.ray_executor import RayExecutor  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,9 +7,10 @@ import os
 import signal
 import time
 
-from battery import alive, config_text, fedcore, rows_of, start, status_of, wait_rows
+from battery import alive, config_text, rows_of, start, status_of, wait_rows
 import pytest
 
+from fedcore.cli import main
 from fedcore.experiment import run_sweep
 from fedcore.experiment.run_lock import RunLock
 from fedcore.experiment.sweep_spec import load_sweep_spec
@@ -18,7 +19,9 @@ ROUNDS = 5
 
 
 @pytest.mark.integration
-def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
+def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
+    """The holder is a real process (held still, then killed); the second writers and the resume run the CLI's
+    own ``main`` in this process, which is all they need to be: another process than the holder."""
     config = tmp_path / "c.toml"
     config.write_text(config_text("sync", rounds=ROUNDS, epochs=2))
     run_dir = tmp_path / "run"
@@ -27,9 +30,11 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is
         wait_rows(run_dir, 1, first)
         os.kill(first.pid, signal.SIGSTOP)  # alive, holding the lock, writing nothing
         for args in (["run", "--resume", str(run_dir)], ["run", str(config), "--out", str(run_dir), "--overwrite"]):
-            second = fedcore(*args, "--progress", "none")
-            lines = second.stderr.strip().splitlines()
-            assert second.returncode == 2, second.stderr
+            capsys.readouterr()
+            code = main([*args, "--progress", "none"])
+            err = capsys.readouterr().err
+            lines = err.strip().splitlines()
+            assert code == 2, err
             assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "fedcore: error:" in lines[0], lines
         os.kill(first.pid, signal.SIGKILL)  # the holder dies holding the lock
         os.kill(first.pid, signal.SIGCONT)
@@ -39,8 +44,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is
             first.kill()
             first.wait()
     assert (run_dir / ".lock").read_text().strip() == str(first.pid)  # the stale pid is still in the file
-    resumed = fedcore("run", "--resume", str(run_dir), "--progress", "none")
-    assert resumed.returncode == 0, resumed.stderr
+    assert main(["run", "--resume", str(run_dir), "--progress", "none"]) == 0, capsys.readouterr().err
     assert [r["round"] for r in rows_of(run_dir)] == list(range(ROUNDS))  # one row per round
     assert status_of(run_dir)["state"] == "finished"
 
@@ -74,8 +78,7 @@ def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_p
     assert not any(alive(pid) for pid in pids), "a cell outlived its sweep"
     states = [status_of(cell)["state"] for cell in cells]  # a loaded machine may let one cell finish first
     assert set(states) <= {"interrupted", "running", "finished"} and set(states) - {"finished"}, states
-    resumed = fedcore("sweep", "--resume", str(out))
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert main(["sweep", "--resume", str(out)]) == 0  # the resume runs here: only the killed sweep had to be real
     for cell in cells:
         assert [r["round"] for r in rows_of(cell)] == list(range(ROUNDS)) and status_of(cell)["state"] == "finished"
 

@@ -1,9 +1,6 @@
 """ε reported by fedcore equals the accounting library's own value for the same mechanism parameters."""
 import math
 
-import dp_accounting
-from dp_accounting import pld, rdp
-from opacus.accountants import PRVAccountant, RDPAccountant
 import pytest
 
 from fedcore.builtin import AsyncSchedule, BufferedSchedule, FedAvg, FedBuffStep, UniformSync
@@ -14,6 +11,9 @@ EVENTS = [Event(q=0.3, z=1.1, count=5), Event(q=0.2, z=0.9, count=3), Event(q=0.
 
 
 def library_rdp(events, delta):
+    import dp_accounting
+    from dp_accounting import rdp
+
     acc = rdp.RdpAccountant()
     for e in events:
         acc.compose(dp_accounting.PoissonSampledDpEvent(e.q, dp_accounting.GaussianDpEvent(e.z)), e.count)
@@ -21,6 +21,9 @@ def library_rdp(events, delta):
 
 
 def test_rdp_and_pld_equal_dp_accounting():
+    import dp_accounting
+    from dp_accounting import pld
+
     assert epsilon(EVENTS, 1e-5, "rdp") == pytest.approx(library_rdp(EVENTS, 1e-5), rel=1e-12)
     acc = pld.PLDAccountant(value_discretization_interval=1e-3)
     for e in EVENTS:
@@ -30,6 +33,8 @@ def test_rdp_and_pld_equal_dp_accounting():
 
 
 def test_opacus_accountants_equal_opacus():
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
     ours = epsilon(EVENTS, 1e-5, "opacus-rdp")
     acc = RDPAccountant()
     for e in EVENTS:

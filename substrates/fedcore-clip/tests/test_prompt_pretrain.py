@@ -2,6 +2,8 @@
 data."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -39,31 +41,18 @@ def test_pretraining_learns_zero_shot_classification():
     assert trained["zero_shot_pretrain"] >= untrained["zero_shot_pretrain"] + 0.08, (untrained, trained)
 
 
-BUILD = """
-import sys, torch
-from fedcore_clip.pretrain import pretrain_tiny_clip
-torch.set_num_threads(int(sys.argv[1]))
-_, info = pretrain_tiny_clip("shapes", steps=4, batch_size=32, seed=3, n_per_class=4)
-assert torch.get_num_threads() == int(sys.argv[1]), "the caller's thread count was not restored"
-print(info["path"])
-"""
-
-
-@pytest.mark.integration
-def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path):
-    """Each build in its own process and thread count (before the fix these weights differed)."""
-    import os
-    from pathlib import Path
-    import subprocess
-    import sys
-
+def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path, monkeypatch):
+    """A caller on one intra-op thread and one on two, each building into its own cache (so both really train),
+    get one cache key, the same bytes and their own thread count back (before the fix these weights differed).
+    Both builds run in this process: the thread count is the caller's setting, not the process's."""
     files = []
-    for threads in (1, 2):
-        env = dict(os.environ, FEDCORE_CACHE=str(tmp_path / f"t{threads}"))
-        out = subprocess.run([sys.executable, "-c", BUILD, str(threads)], env=env, capture_output=True, text=True,
-                             timeout=600)
-        assert out.returncode == 0, out.stderr
-        files.append(Path(out.stdout.strip().splitlines()[-1]))
+    for threads in (1, 2):  # the autouse one_thread fixture restores the count afterwards
+        monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / f"t{threads}"))
+        torch.set_num_threads(threads)
+        _, info = pretrain_tiny_clip("shapes", steps=4, batch_size=32, seed=3, n_per_class=4)
+        assert torch.get_num_threads() == threads, "the caller's thread count was not restored"
+        files.append(Path(info["path"]))
+    assert all(str(tmp_path) in str(f) for f in files) and files[0] != files[1]  # two builds, not a cache hit
     assert files[0].name == files[1].name and files[0].read_bytes() == files[1].read_bytes()
 
 
