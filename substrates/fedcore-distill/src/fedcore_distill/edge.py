@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 
 import fedcore
-from fedcore import RoundContext
+from fedcore import ConfigError, RoundContext
 from fedcore.data import gather
 from fedcore.runtime import book_samples
 from fedcore.settings import setting
 from fedcore.stash import StashKey
 from fedcore.types import ClientData, ClientInfo, ClientState, ClientUpdate, JobPlan, Message, Share, Upload
-from fedcore_distill.losses import soft_kd
+from fedcore_distill.losses import EDGE_KD_FORMS, edge_kd_loss
 from fedcore_distill.messages import FEATURES, LABELS, LOGITS, SAMPLE_IDS, FeaturePacket, teacher_lookup
 from fedcore_distill.share import EDGE_PREFIX, EdgeClient, teacher_of
 
@@ -58,13 +58,22 @@ class EdgeKDTrain:
     lr: float = setting(1e-3, low=0.0, low_open=True, help="Adam learning rate (FedML)")
     weight_decay: float = setting(1e-4, low=0.0)
     temperature: float = setting(3.0, low=0.0, low_open=True, help="T of the soft targets (FedML)")
-    beta: float = setting(1.0, low=0.0, help="weight of the KD term (Eq. 14: 1); 0 = CE only (ablation)")
+    beta: float = setting(1.0, low=0.0, help="weight of the KD term (Eq. 14: 1); 0 = CE only (ablation); "
+                                             "edge_kd_form = 'eq14' only")
+    edge_kd_form: str = setting("eq14", choices=EDGE_KD_FORMS,
+                                help="spec 002 A2: 'eq14' = CE + beta KD (FedVKD Eq. 14/17); 'eq6' = (1 - kd_lambda) "
+                                     "CE + kd_lambda KD (the generic form of Sec. 2.2, Eq. 6)")
+    kd_lambda: float = setting(0.5, low=0.0, high=1.0, help="lambda of edge_kd_form = 'eq6'")
     t2_scale: bool = setting(True, help="multiply the KD term by T^2 (FedML); False = the literal Eq. 14")
     augment: bool = setting(True, help="random crop (2 px) + flip during local training")
     feature_dtype: str = setting("float32", choices=("float32", "float16"), help="features on the wire")
     extract_augment: bool = setting(False, help="spec 002 A10: extract the uplink features from augmented images "
                                                 "(FedML's train transforms; the edge stays in eval mode); False = "
                                                 "clean images")
+    freeze_extractor: bool = setting(False, help="control (issue 28): the extractor keeps its initial weights and "
+                                                 "batch-norm statistics, only the classifier trains; with "
+                                                 "edge-share's same_init every client uploads the features of one "
+                                                 "fixed extractor")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -86,11 +95,14 @@ class EdgeKDTrain:
             by_id = teacher_lookup(client.id, teacher_ids, teacher_logits, ids)
             has = torch.tensor([int(i) in by_id for i in ids])
             teacher = torch.stack([by_id.get(int(i), teacher_logits[0]) for i in ids])
-        opt = torch.optim.Adam(edge.parameters(), lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
+        params = edge.classifier.parameters() if self.freeze_extractor else edge.parameters()
+        opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
         if EDGE_OPTIMIZER in state.stash:
             opt.load_state_dict(state.stash[EDGE_OPTIMIZER])
         shuffle, crops = ctx.rng("shuffle"), ctx.rng("augment")
         edge.train()
+        if self.freeze_extractor:
+            edge.extractor.eval().requires_grad_(False)
         total, kd_total, seen = 0.0, 0.0, 0
         for _ in range(self.epochs):
             order = torch.randperm(len(ids), generator=shuffle)
@@ -101,11 +113,8 @@ class EdgeKDTrain:
                 if self.augment:
                     x = augment(x, crops)
                 z = edge(x)
-                loss = F.cross_entropy(z, y)
-                mask = has[pos]
-                if self.beta and bool(mask.any()):
-                    kd = soft_kd(z[mask], teacher[pos][mask], self.temperature, t2_scale=self.t2_scale)
-                    loss = loss + self.beta * kd * (float(mask.sum()) / len(pos))
+                loss, kd = self.edge_loss(z, y, teacher[pos] if teacher.numel() else teacher, has[pos])
+                if kd is not None:
                     kd_total += float(kd.detach()) * len(pos)
                 opt.zero_grad()
                 loss.backward()
@@ -120,6 +129,17 @@ class EdgeKDTrain:
             book_samples(module, len(chunk), train=False)
         return ClientUpdate(client_id=client.id, tensors=packet.entries(), num_examples=len(ids),
                             metrics={"loss": total / max(seen, 1), "kd_loss": kd_total / max(seen, 1)})
+
+    def __attrs_post_init__(self) -> None:
+        if self.edge_kd_form == "eq6" and self.beta != 1.0:
+            raise ConfigError(f"EdgeKDTrain.beta={self.beta!r} has no effect with edge_kd_form='eq6'; weight the KD "
+                              "term with kd_lambda (or use edge_kd_form='eq14')")
+
+    def edge_loss(self, z: torch.Tensor, y: torch.Tensor, teacher: torch.Tensor, has_teacher: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """This step's loss on one batch (:func:`fedcore_distill.losses.edge_kd_loss` with its settings)."""
+        return edge_kd_loss(z, y, teacher, has_teacher, form=self.edge_kd_form, beta=self.beta,
+                            kd_lambda=self.kd_lambda, temperature=self.temperature, t2_scale=self.t2_scale)
 
     @fedcore.hookimpl
     def fedcore_plan_job(self, client: ClientInfo, share: Share, samples: int, example: torch.Tensor,

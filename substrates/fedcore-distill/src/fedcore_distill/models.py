@@ -21,20 +21,24 @@ if TYPE_CHECKING:
 
 
 class EdgeCNN(nn.Module):
-    """The edge model ``f = classifier o extractor``; ``forward`` gives logits, ``features`` the cut's output."""
+    """The edge model ``f = classifier o extractor``; ``forward`` gives logits, ``features`` the uplink: the cut's
+    output, or its patch embedding where the edge embeds (``embed``, spec A4 ``patch_embed_location="edge"``)."""
 
-    def __init__(self, extractor: nn.Sequential, classifier: nn.Sequential, cut: str) -> None:
+    def __init__(self, extractor: nn.Sequential, classifier: nn.Sequential, cut: str,
+                 embed: nn.Module | None = None) -> None:
         super().__init__()
         self.extractor = extractor
         self.classifier = classifier
         self.cut = cut
+        self.embed = embed
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.extractor(x)
+        h = self.extractor(x)
+        return h if self.embed is None else self.embed(h)
 
     def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.extractor(x)
-        return self.classifier(h), h
+        return self.classifier(h), (h if self.embed is None else self.embed(h))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.extractor(x))
@@ -55,14 +59,31 @@ def cut_resnet(net: nn.Module, cut: str) -> EdgeCNN:
     return EdgeCNN(extractor, classifier, cut)
 
 
+EDGE_HEADS = ("resnet18_rest", "light")
+"""Spec 002 Sec. 1.2 / A3: the edge classifier ``W_c``, the rest of the ResNet after the cut (the edge is a whole
+ResNet-18) or FedGKT's light head (one BasicBlock at the cut's width, global average pool, FC)."""
+
+
+def light_head(channels: int, num_classes: int) -> nn.Sequential:
+    """FedGKT-style cheapest edge classifier: one BasicBlock (``channels`` in and out), GAP, FC."""
+    from timm.models.resnet import BasicBlock
+
+    return nn.Sequential(BasicBlock(channels, channels), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(channels, num_classes))
+
+
 def edge_resnet(*, num_classes: int = 10, arch: str = "resnet18", width: int = 64, stem: str = "cifar",
-                cut: str = "layer1", pretrained: bool = False) -> EdgeCNN:
-    """A timm ResNet (``arch``, channels ``width * (1, 2, 4, 8)``) cut after ``cut``.
+                cut: str = "layer1", pretrained: bool = False, edge_head: str = "resnet18_rest") -> EdgeCNN:
+    """A timm ResNet (``arch``, channels ``width * (1, 2, 4, 8)``) cut after ``cut``, its classifier the rest of
+    the ResNet (``edge_head="resnet18_rest"``) or :func:`light_head` (``"light"``).
 
     ``stem="cifar"``: 3x3 stride-1 first conv and no max-pool (32x32 inputs); ``"imagenet"``: timm's stem.
     """
     if stem not in ("cifar", "imagenet"):
         raise ConfigError(f"stem={stem!r}; choose 'cifar' or 'imagenet'")
+    if edge_head not in EDGE_HEADS:
+        raise ConfigError(f"edge_head={edge_head!r} is not allowed; choose one of: "
+                          f"{', '.join(map(repr, EDGE_HEADS))}")
     import timm  # here, not at the top: registering the plugin must not import timm (docs/plugins.md)
 
     kwargs: dict[str, Any] = {} if width == 64 else {"channels": tuple(width * m for m in (1, 2, 4, 8)),
@@ -73,7 +94,11 @@ def edge_resnet(*, num_classes: int = 10, arch: str = "resnet18", width: int = 6
         assert isinstance(conv1, nn.Conv2d), f"{arch}'s conv1 is a {type(conv1).__name__}"
         net.conv1 = nn.Conv2d(3, conv1.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         net.maxpool = nn.Identity()
-    return cut_resnet(net, cut)
+    edge = cut_resnet(net, cut)
+    if edge_head == "light":
+        channels = feature_shape(edge, 32)[0]
+        edge = EdgeCNN(edge.extractor, light_head(channels, num_classes), cut)
+    return edge
 
 
 def feature_shape(edge: EdgeCNN, image_size: int) -> tuple[int, int, int]:
@@ -141,5 +166,5 @@ class KDSystem(nn.Module):
         return (out[0] + out[1]) / 2 if isinstance(out, tuple) else out
 
 
-__all__ = ["BottleneckServer", "EdgeCNN", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
-           "token_vit"]
+__all__ = ["EDGE_HEADS", "BottleneckServer", "EdgeCNN", "KDSystem", "cut_resnet", "edge_resnet", "feature_shape",
+           "light_head", "token_vit"]

@@ -31,6 +31,9 @@ from fedcore_distill.share import require_kd_system
 
 SERVER_OPTIMIZER = StashKey[dict]("distill.server-optimizer")
 SERVER_SCHEDULER = StashKey[dict]("distill.server-scheduler")
+FEATURE_STORE = StashKey[list]("distill.feature-store")
+"""Packets kept for later aggregations (``feature_memory`` > 1 or ``async_scope = "store"``): a list of
+``{"client", "round", "sample_ids", "features", "logits", "labels"}`` (checkpointed with the server stash)."""
 
 
 def _heads(out: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,6 +65,17 @@ class KDServer:
                                help="server logits from the last epoch in train mode (FedML) or an eval pass")
     server_logits_head: str = setting("mean", choices=HEADS,
                                       help="spec 002 A6: the server output sent back as soft labels")
+    feature_memory: int = setting(1, low=1, help="spec 002 A21: the server trains on the packets of the last N "
+                                                 "rounds (1 = the current round's only, the paper's); older "
+                                                 "packets are kept on the server (feature_store_bytes)")
+    async_scope: str = setting("arrival", choices=("arrival", "store"),
+                               help="spec 002 Sec. 1.6 / A11: an aggregation trains on the arrived packets only "
+                                    "('arrival') or on the feature store, the latest packet of every client "
+                                    "('store'); the same under a barrier with every client")
+    server_epochs_async: int | None = setting(None, kind=int, low=1, optional=True,
+                                              help="spec 002 Sec. 1.6: server epochs of an aggregation that got "
+                                                   "packets from fewer than all clients (an asynchronous arrival); "
+                                                   "default: epochs")
 
     @classmethod
     def __fedcore_checks__(cls):  # type: ignore[no-untyped-def]
@@ -83,7 +97,7 @@ class KDServer:
         return loss
 
     def _order(self, packets: Sequence[FeaturePacket], generator: torch.Generator) -> list[torch.Tensor]:
-        n = sum(len(p.sample_ids) for p in packets)
+        n = sum(len(p.sample_ids) for p in packets)  # the arrived packets first, then those from the store
         if self.batch_order == "shuffle":
             return list(torch.randperm(n, generator=generator).split(self.batch_size))
         chunks, start = [], 0
@@ -96,11 +110,16 @@ class KDServer:
     def fedcore_aggregate(self, model: nn.Module, updates: Sequence[ClientUpdate], ctx: RoundContext
                           ) -> AggregateResult:
         system = require_kd_system(model, "kd-server")
-        packets = sorted((FeaturePacket.from_update(u) for u in updates), key=lambda p: p.client_id)
-        check_feature_shapes(packets, system.feature_shape)
+        arrived = sorted((FeaturePacket.from_update(u) for u in updates), key=lambda p: p.client_id)
+        check_feature_shapes(arrived, system.feature_shape)
+        stored = self._from_store(ctx, {p.client_id for p in arrived})
+        packets = arrived + stored
         feats = torch.cat([p.features for p in packets]).float()
         labels = torch.cat([p.labels for p in packets])
         edge_logits = torch.cat([p.logits for p in packets])
+        num_clients = len(ctx.run.clients) if ctx.run is not None else len(arrived)
+        partial = len({p.client_id for p in arrived}) < num_clients
+        epochs = self.server_epochs_async if partial and self.server_epochs_async is not None else self.epochs
         server = working_copy(system.server)
         opt = torch.optim.Adam(server.parameters(), lr=self.lr, weight_decay=self.weight_decay, amsgrad=True)
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=self.plateau_factor,
@@ -113,14 +132,14 @@ class KDServer:
         server_logits = torch.zeros_like(edge_logits)
         server.train()
         total, correct, seen = 0.0, 0, 0
-        for epoch in range(self.epochs):
+        for epoch in range(epochs):
             for idx in self._order(packets, generator):
                 out = server(feats[idx])
                 loss = self.server_loss(out, labels[idx], edge_logits[idx])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                if epoch == self.epochs - 1:
+                if epoch == epochs - 1:
                     cls_logits, dist_logits = _heads(out)
                     mean = pick_head(cls_logits, dist_logits, self.server_logits_head).detach()
                     server_logits[idx] = mean
@@ -136,8 +155,9 @@ class KDServer:
         sched.step(train_acc)  # FedML steps on test accuracy; the server only sees its training accuracy
         stash[SERVER_OPTIMIZER] = opt.state_dict()
         stash[SERVER_SCHEDULER] = sched.state_dict()
+        store_bytes = self._to_store(ctx, arrived)
         start = 0
-        for p in packets:  # each client's teacher logits stay on the server and go down with its next share
+        for p in arrived:  # each client's teacher logits stay on the server and go down with its next share
             n = len(p.sample_ids)
             ctx.server.aux.keep_for(p.client_id, TEACHER_IDS, p.sample_ids.clone(), kind=DOWNLINK_KINDS[TEACHER_IDS],
                                     send=True)
@@ -148,9 +168,44 @@ class KDServer:
         state = {f"server.{k}": v for k, v in server.state_dict().items()}
         return AggregateResult(state=state, metrics={
             "server_loss": total / max(seen, 1), "server_train_accuracy": train_acc,
-            "server_lr": float(opt.param_groups[0]["lr"]), "clients": float(len(packets)),
+            "server_lr": float(opt.param_groups[0]["lr"]), "clients": float(len(arrived)),
+            "server_epochs": float(epochs), "server_train_samples": float(len(labels)),
+            "feature_store_bytes": float(store_bytes),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
             "staleness_max": float(max(staleness, default=0))})
 
+    def _from_store(self, ctx: RoundContext, arrived: set[int]) -> list[FeaturePacket]:
+        """Stored packets this aggregation trains on besides the arrived ones: those of the last ``feature_memory``
+        rounds, and under ``async_scope = "store"`` the latest packet of every client that did not arrive."""
+        entries = ctx.server.stash.get(FEATURE_STORE) or []
+        latest: dict[int, dict[str, Any]] = {}
+        for e in entries:
+            if e["client"] not in arrived and (e["client"] not in latest or e["round"] > latest[e["client"]]["round"]):
+                latest[e["client"]] = e
+        chosen = [e for e in entries if ctx.round - int(e["round"]) < self.feature_memory]
+        if self.async_scope == "store":
+            chosen += [e for e in latest.values() if all(e is not c for c in chosen)]
+        return [FeaturePacket(client_id=int(e["client"]), sample_ids=e["sample_ids"], features=e["features"],
+                              logits=e["logits"], labels=e["labels"]) for e in chosen]
 
-__all__ = ["SERVER_OPTIMIZER", "SERVER_SCHEDULER", "KDServer"]
+    def _to_store(self, ctx: RoundContext, arrived: Sequence[FeaturePacket]) -> int:
+        """Keep what a later aggregation may train on; returns the store's size in bytes (0 with the paper's
+        ``feature_memory = 1`` and ``async_scope = "arrival"``: nothing is kept)."""
+        entries = (ctx.server.stash.get(FEATURE_STORE) or []) + [
+            {"client": p.client_id, "round": ctx.round, "sample_ids": p.sample_ids, "features": p.features,
+             "logits": p.logits, "labels": p.labels} for p in arrived]
+        newest: dict[int, int] = {}
+        for e in entries:
+            newest[int(e["client"])] = max(newest.get(int(e["client"]), -1), int(e["round"]))
+        kept = [e for e in entries
+                if ctx.round + 1 - int(e["round"]) < self.feature_memory
+                or (self.async_scope == "store" and int(e["round"]) == newest[int(e["client"])])]
+        if kept:
+            ctx.server.stash[FEATURE_STORE] = kept
+        elif FEATURE_STORE in ctx.server.stash:
+            del ctx.server.stash[FEATURE_STORE]
+        return sum(sum(e[k].numel() * e[k].element_size() for k in ("sample_ids", "features", "logits", "labels"))
+                   for e in kept)
+
+
+__all__ = ["FEATURE_STORE", "SERVER_OPTIMIZER", "SERVER_SCHEDULER", "KDServer"]

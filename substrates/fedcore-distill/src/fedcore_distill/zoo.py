@@ -10,14 +10,19 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from fedcore import ConfigError
 from fedcore_distill.models import BottleneckServer, EdgeCNN, KDSystem, edge_resnet, feature_shape, token_vit
 
 M = TypeVar("M", bound=nn.Module)
 
+PATCH_EMBED_LOCATIONS = ("server", "edge")
+"""Spec 002 A4: where the ViT's patch embedding of the feature map runs."""
 
-def _edge(num_classes: int, width: int, stem: str, cut: str, arch: str, pretrained: bool
-          ) -> EdgeCNN:
-    return edge_resnet(num_classes=num_classes, arch=arch, width=width, stem=stem, cut=cut, pretrained=pretrained)
+
+def _edge(num_classes: int, width: int, stem: str, cut: str, arch: str, pretrained: bool,
+          edge_head: str = "resnet18_rest") -> EdgeCNN:
+    return edge_resnet(num_classes=num_classes, arch=arch, width=width, stem=stem, cut=cut, pretrained=pretrained,
+                       edge_head=edge_head)
 
 
 def seeded(build: Callable[..., M]) -> Callable[..., M]:
@@ -36,23 +41,43 @@ def seeded(build: Callable[..., M]) -> Callable[..., M]:
 @seeded
 def fedvkd_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                  cut: str = "layer1", arch: str = "resnet18", embed_dim: int = 128, depth: int = 4,
-                 num_heads: int = 4, patch_size: int = 4, pretrained: bool = False) -> KDSystem:
-    """FedVKD: edge ResNet cut after ``cut`` + the hybrid ViT server (cls + dist tokens) on its feature map."""
+                 num_heads: int = 4, patch_size: int = 4, pretrained: bool = False,
+                 edge_head: str = "resnet18_rest", patch_embed_location: str = "server") -> KDSystem:
+    """FedVKD: edge ResNet cut after ``cut`` + the hybrid ViT server (cls + dist tokens) on its feature map.
+
+    ``patch_embed_location="edge"`` (spec A4): the patch embedding (``Conv2d(C_f, embed_dim, P, stride P)``) runs on
+    the edge, which uploads ``embed_dim x (H_f/P) x (W_f/P)`` token maps; the server's own embedding is the identity.
+    No loss reaches the edge's embedding (the edge classifier reads the map before it and no gradient comes back
+    from the server), so it keeps its initial weights, like a fixed random projection per client."""
     from fedcore_distill.hybrid_vit import HybridViT
 
-    edge = _edge(num_classes, width, stem, cut, arch, pretrained)
+    if patch_embed_location not in PATCH_EMBED_LOCATIONS:
+        raise ConfigError(f"patch_embed_location={patch_embed_location!r} is not allowed; choose one of: "
+                          f"{', '.join(map(repr, PATCH_EMBED_LOCATIONS))}")
+    edge = _edge(num_classes, width, stem, cut, arch, pretrained, edge_head)
     shape = feature_shape(edge, image_size)
-    server = HybridViT(feature_shape=shape, num_classes=num_classes, embed_dim=embed_dim, depth=depth,
-                       num_heads=num_heads, patch_size=patch_size)
-    return KDSystem(server, edge, shape)
+    if patch_embed_location == "server":
+        server = HybridViT(feature_shape=shape, num_classes=num_classes, embed_dim=embed_dim, depth=depth,
+                           num_heads=num_heads, patch_size=patch_size)
+        return KDSystem(server, edge, shape)
+    if shape[1] % patch_size or shape[2] % patch_size:
+        raise ConfigError(f"patch_size={patch_size} does not divide the {shape[1]}x{shape[2]} feature map")
+    embedded = (embed_dim, shape[1] // patch_size, shape[2] // patch_size)
+    edge = EdgeCNN(edge.extractor, edge.classifier, edge.cut,
+                   embed=nn.Conv2d(shape[0], embed_dim, kernel_size=patch_size, stride=patch_size))
+    server = HybridViT(feature_shape=embedded, num_classes=num_classes, embed_dim=embed_dim, depth=depth,
+                       num_heads=num_heads, patch_size=1)
+    server.patch_embed.proj = nn.Identity()  # the tokens arrive embedded
+    return KDSystem(server, edge, embedded)
 
 
 @seeded
 def fedgkt_model(*, num_classes: int = 10, image_size: int = 16, width: int = 8, stem: str = "cifar",
                  cut: str = "layer1", arch: str = "resnet18", server_layers: Sequence[int] = (3, 3, 3),
-                 server_planes: Sequence[int] = (8, 16, 32), pretrained: bool = False) -> KDSystem:
+                 server_planes: Sequence[int] = (8, 16, 32), pretrained: bool = False,
+                 edge_head: str = "resnet18_rest") -> KDSystem:
     """FedGKT (as in the FedVKD paper): the same edge + the bottleneck-ResNet server (ResNet-109 at paper size)."""
-    edge = _edge(num_classes, width, stem, cut, arch, pretrained)
+    edge = _edge(num_classes, width, stem, cut, arch, pretrained, edge_head)
     shape = feature_shape(edge, image_size)
     server = BottleneckServer(in_chans=shape[0], num_classes=num_classes, layers=server_layers, planes=server_planes)
     return KDSystem(server, edge, shape)
@@ -83,9 +108,10 @@ def fedavg_cnn_model(*, num_classes: int = 10, image_size: int = 16, width: int 
 
 @seeded
 def edge_model(*, num_classes: int = 10, width: int = 8, stem: str = "cifar", cut: str = "layer1",
-               arch: str = "resnet18", pretrained: bool = False) -> EdgeCNN:
+               arch: str = "resnet18", pretrained: bool = False,
+               edge_head: str = "resnet18_rest") -> EdgeCNN:
     """The edge ResNet alone (FedAvg of the edge model, Fig. 5's baseline)."""
-    return _edge(num_classes, width, stem, cut, arch, pretrained)
+    return _edge(num_classes, width, stem, cut, arch, pretrained, edge_head)
 
 
 def paper_models(image: str = "cifar") -> dict[str, nn.Module]:
@@ -99,4 +125,5 @@ def paper_models(image: str = "cifar") -> dict[str, nn.Module]:
             "fedavg_vit": fedavg_vit, "fedavg_cnn": nn.Sequential(vkd.edge.extractor, gkt)}
 
 
-__all__ = ["edge_model", "fedavg_cnn_model", "fedavg_vit_model", "fedgkt_model", "fedvkd_model", "paper_models"]
+__all__ = ["PATCH_EMBED_LOCATIONS", "edge_model", "fedavg_cnn_model", "fedavg_vit_model", "fedgkt_model",
+           "fedvkd_model", "paper_models"]
