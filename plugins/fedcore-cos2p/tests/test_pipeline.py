@@ -103,3 +103,11 @@ def test_bad_budgets_are_refused_when_the_component_is_built():
         Cos2pShare(budgets={"jetson-nx8": 1.5})
     with pytest.raises(ConfigError, match="keeps no head of the 4"):
         make(share=Cos2pShare(budgets={"jetson-nx8": 0.015625}), rounds=1).run()
+
+
+def test_random_masks_on_both_train_through_the_mask_rounds():
+    """Tab. 3's "random masks, both": every part is fixed, so the mask phase has nothing to learn and the
+    weight phase trains from round 1 (it failed every client with an empty Adan before, rounds 1 to Q̂)."""
+    result = make(share=Cos2pShare(budgets=BUDGETS, mask_rounds=2, random_masks="both"), rounds=2).run()
+    assert [r.get("failed") for r in result.history] == [None, None]
+    assert all("round_failed" not in r for r in result.history)
