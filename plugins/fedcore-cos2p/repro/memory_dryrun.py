@@ -1,6 +1,6 @@
 """The Co-S2P README's memory rows (spec 004 §6 R2) from the paper-scale dry run, beside the plugin's cost model.
 
-    python plugins/fedcore-cos2p/repro/memory_dryrun.py --write plugins/fedcore-cos2p/README.md
+    python repro/memory_dryrun.py --write README.md
 
 ``fedcore plan examples/paper/cos2p_imagenet200.toml`` (E1: ViT-Tiny*, 224², 8 Jetson clients) builds every
 client's real share on the meta device and counts weights held + gradients of the trained weights + Adan's 4

@@ -1,10 +1,10 @@
 """The Co-S2P README's results block, from the finished sweeps of repro/cos2p_sweep.toml and, optionally, of
-repro/cos2p_schedule_sweep.toml (the μ × T_clk grid); the commands run from the repository root.
+repro/cos2p_schedule_sweep.toml (the μ × T_clk grid); the commands run from this plugin's folder (cd plugins/fedcore-cos2p).
 
-    nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_sweep.toml --jobs 2 --out runs/cos2p-sweep
-    nice fedcore sweep plugins/fedcore-cos2p/repro/cos2p_schedule_sweep.toml --jobs 2 --out runs/cos2p-schedule-sweep
-    python plugins/fedcore-cos2p/repro/tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep \\
-        --write plugins/fedcore-cos2p/README.md
+    nice -n 19 fedcore sweep repro/cos2p_sweep.toml --jobs 1 --out runs/cos2p-sweep
+    nice -n 19 fedcore sweep repro/cos2p_schedule_sweep.toml --jobs 1 --out runs/cos2p-schedule-sweep
+    python repro/tables.py runs/cos2p-sweep runs/cos2p-schedule-sweep \\
+        --write README.md
 
 Everything is read from the cells' recorded history rows: ``test_accuracy`` and ``virtual_time`` per round, the
 engine's ``ru`` (Eq. 17's per-round term; a run's RU is their mean, ``fedcore_cos2p.run_ru``) and ``utilisation``
@@ -12,7 +12,7 @@ engine's ``ru`` (Eq. 17's per-round term; a run's RU is their mean, ``fedcore_co
 across seeds: mean ± std; against FedRolex (the main table) or Co-S2P (ablations) the mean per-seed difference
 with a paired t test and Wilcoxon signed-rank (two-sided; with 3 seeds Wilcoxon cannot go below p = 0.25).
 Writes the block between ``<!-- generated:cos2p-results -->`` and ``<!-- /generated:cos2p-results -->`` and the
-plots under ``plugins/fedcore-cos2p/results/cos2p-results/``.
+plots under ``results/cos2p-results/``.
 """
 from __future__ import annotations
 
