@@ -1,5 +1,6 @@
 """The Co-S2P README's results block, from the finished sweeps of repro/cos2p_sweep.toml and, optionally, of
-repro/cos2p_schedule_sweep.toml (the μ × T_clk grid); the commands run from this plugin's folder (cd plugins/fedcore-cos2p).
+repro/cos2p_schedule_sweep.toml (the μ × T_clk grid); the commands run from this plugin's folder
+(``cd plugins/fedcore-cos2p``).
 
     nice -n 19 fedcore sweep repro/cos2p_sweep.toml --jobs 1 --out runs/cos2p-sweep
     nice -n 19 fedcore sweep repro/cos2p_schedule_sweep.toml --jobs 1 --out runs/cos2p-schedule-sweep
