@@ -41,9 +41,7 @@ PARTS = ("params", "grads", "optimizer", "activations")
 
 def dry_rows() -> list[dict[str, Any]]:
     """One row per (device type, method): the dry run's memory parts of that type's client at its batch."""
-    from fedcore.experiment.build import plan
-    from fedcore.experiment.config import load_config
-    from fedcore.experiment.plan_costs import dry_run
+    from fedcore.experiment import dry_run, load_config, plan
 
     rows = []
     for method, (round_index, sets) in METHODS.items():
