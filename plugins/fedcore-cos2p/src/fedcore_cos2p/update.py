@@ -90,26 +90,24 @@ class Cos2pUpdate:
         flags = [(param, param.requires_grad) for param in module.parameters()]
         for param, _ in flags:  # weights frozen while the masks learn (Alg. 2 line 8)
             param.requires_grad_(False)
+        opt = _adan(list(held.values()), self.mask_lr)
         gen = ctx.rng("cos2p-mask")
         width, inputs = info.width, info.budget_counts_inputs
         last = 0.0
-        # every part fixed (Tab. 3's random masks on both): nothing to learn, the weight phase follows
-        if learned:
-            opt = _adan(list(held.values()), self.mask_lr)
-            for _ in range(self.mask_epochs):
-                for x, y in batches(data.dataset, data.indices, self.batch_size, generator=gen):
-                    sampled = {p: ste_sample(held[p], gen) for p in learned}
-                    full = {p: torch.ones(blocks, logits[p].shape[1]) for p in PARTS} | fixed | sampled
-                    masks: list[BlockMasks | None] = [
-                        BlockMasks(**{p: sampled[p][b][index[p][b]] for p in learned}) for b in range(blocks)]
-                    loss = F.cross_entropy(module.forward_all(x, masks)[-1], y)
-                    ratio = kept_ratio(full, shape, inputs=inputs, residual=residual)
-                    loss = loss + self.budget_weight * (ratio - width).abs()
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    book_samples(module, len(y))  # forward_all is not module.forward: book the batch on the meter
-                    last = loss.item()
+        for _ in range(self.mask_epochs):
+            for x, y in batches(data.dataset, data.indices, self.batch_size, generator=gen):
+                sampled = {p: ste_sample(held[p], gen) for p in learned}
+                full = {p: torch.ones(blocks, logits[p].shape[1]) for p in PARTS} | fixed | sampled
+                masks: list[BlockMasks | None] = [
+                    BlockMasks(**{p: sampled[p][b][index[p][b]] for p in learned}) for b in range(blocks)]
+                loss = F.cross_entropy(module.forward_all(x, masks)[-1], y)
+                ratio = kept_ratio(full, shape, inputs=inputs, residual=residual)
+                loss = loss + self.budget_weight * (ratio - width).abs()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                book_samples(module, len(y))  # forward_all is not module.forward: book the batch on the meter
+                last = loss.item()
         for param, flag in flags:
             param.requires_grad_(flag)
         for p in learned:
