@@ -27,7 +27,7 @@ class ArrayDataset(torch.utils.data.Dataset):
                  columns: Mapping[str, np.ndarray] | None = None) -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
-        self.x = x
+        self.x = canonical_layout(x)
         self.y = y.long()
         if classes is None:  # read the labels only when needed (no device sync for data placed on a GPU)
             classes = [str(i) for i in range(int(self.y.max()) + 1 if len(y) else 0)]
@@ -56,6 +56,24 @@ class ArrayDataset(torch.utils.data.Dataset):
     def subset(self, indices: Sequence[int]) -> ArrayDataset:
         idx = torch.as_tensor(list(indices), dtype=torch.long)
         return ArrayDataset(self.x[idx], self.y[idx], self.classes, columns=subset_columns(self.columns, idx))
+
+
+def canonical_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` laid out row-major with the strides a fresh tensor of its shape has.
+
+    A size-1 dimension's stride is arbitrary, yet torch reads it: an (N, 1, H, W) tensor whose channel stride is 1
+    counts as channels-last, and a convolution then takes another kernel with other rounding. The same values
+    reached by two routes (a split built with numpy's fancy indexing, the same arrays read back from a cache) would
+    train to different numbers. Contiguous data gets a view with the canonical strides (no copy).
+    """
+    if not x.is_contiguous():
+        x = x.contiguous()
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    canonical = tuple(reversed(strides))
+    return x if x.stride() == canonical else x.as_strided(x.shape, canonical, x.storage_offset())
 
 
 def checked_columns(columns: Mapping[str, np.ndarray] | None, n: int) -> dict[str, np.ndarray]:
