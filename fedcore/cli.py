@@ -535,6 +535,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+def console() -> int:
+    """The ``fedcore`` command and ``python -m fedcore``: :func:`main` in a process of its own (tests call ``main``).
+
+    The process ends with the command, so what exists when it starts (torch, fedcore: ~200,000 objects) is frozen
+    out of the garbage collector (``gc.freeze``), and what the command made too once it returns: a full collection
+    during a run would walk all of it (~0.1 s each), and Python's collections at exit after a run do (0.4-0.5 s of
+    CPU). Objects are still freed when nothing refers to them; only cycles left at exit are not collected.
+    """
+    import gc
+
+    gc.freeze()
+    try:
+        return main()
+    finally:
+        gc.freeze()
+
+
 def _config_error(message: str) -> Exception:
     from fedcore.errors import ConfigError
 
