@@ -7,7 +7,7 @@ __version__ = "0.1.1"
 
 from fedcore import _collector  # noqa: E402  (the standard library only)
 
-with _collector.paused():  # the imports below bring torch in: fedcore/_collector.py
+with _collector.frozen_imports(_collector.command_process()):  # these bring torch in: fedcore/_collector.py
     from fedcore import _moved  # noqa: E402
     from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
 

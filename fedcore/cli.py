@@ -538,10 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console() -> int:
     """The ``fedcore`` command and ``python -m fedcore``: :func:`main` in a process of its own (tests call ``main``).
 
-    The process ends with the command, so what exists when it starts (torch, fedcore: ~200,000 objects) is frozen
-    out of the garbage collector (``gc.freeze``), and what the command made too once it returns: a full collection
-    during a run would walk all of it (~0.1 s each), and Python's collections at exit after a run do (0.4-0.5 s of
-    CPU). Objects are still freed when nothing refers to them; only cycles left at exit are not collected.
+    The process ends with the command, so what exists when it starts is frozen out of the garbage collector
+    (``gc.freeze``; the imports already are, fedcore/_collector.py), and what the command made too once it
+    returns: Python's collections at exit would otherwise walk it all (0.4-0.5 s of CPU after a run). Objects are
+    still freed when nothing refers to them; only reference cycles left at exit are not collected.
     """
     import gc
 
