@@ -5,39 +5,42 @@
 """
 __version__ = "0.1.1"
 
-from fedcore import _moved  # noqa: E402
-from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
+from fedcore import _collector  # noqa: E402  (the standard library only)
 
-_moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 1.0
+with _collector.frozen_imports(_collector.command_process()):  # these bring torch in: fedcore/_collector.py
+    from fedcore import _moved  # noqa: E402
+    from fedcore.markers import hookimpl  # noqa: E402  (a leaf module: import it first)
 
-from fedcore import plugins  # noqa: E402
-from fedcore.contexts import RoundContext, RunContext  # noqa: E402
-from fedcore.errors import (  # noqa: E402
-    BrokenPluginError,
-    ConfigError,
-    FedcoreError,
-    MissingSlotError,
-    PluginConflictError,
-    SlotConflictError,
-    UnknownComponentError,
-)
-from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
-from fedcore.pipeline import Pipeline  # noqa: E402
-from fedcore.plugins import get, list_components, list_plugins  # noqa: E402
-from fedcore.recipes import Recipe, recipe  # noqa: E402
-from fedcore.stash import Stash, StashKey  # noqa: E402
-from fedcore.types import (  # noqa: E402
-    AggregateResult,
-    ClientData,
-    ClientFailed,
-    ClientInfo,
-    ClientState,
-    ClientUpdate,
-    DropUpdate,
-    Partition,
-    ServerState,
-    Share,
-)
+    _moved.install()  # old import paths of code that left the core (fedcore.split, fedcore.lora, ...), until 1.0
+
+    from fedcore import plugins  # noqa: E402
+    from fedcore.contexts import RoundContext, RunContext  # noqa: E402
+    from fedcore.errors import (  # noqa: E402
+        BrokenPluginError,
+        ConfigError,
+        FedcoreError,
+        MissingSlotError,
+        PluginConflictError,
+        SlotConflictError,
+        UnknownComponentError,
+    )
+    from fedcore.network import Channel, Ledger, Transfer  # noqa: E402
+    from fedcore.pipeline import Pipeline  # noqa: E402
+    from fedcore.plugins import get, list_components, list_plugins  # noqa: E402
+    from fedcore.recipes import Recipe, recipe  # noqa: E402
+    from fedcore.stash import Stash, StashKey  # noqa: E402
+    from fedcore.types import (  # noqa: E402
+        AggregateResult,
+        ClientData,
+        ClientFailed,
+        ClientInfo,
+        ClientState,
+        ClientUpdate,
+        DropUpdate,
+        Partition,
+        ServerState,
+        Share,
+    )
 
 __all__ = [
     "AggregateResult", "BrokenPluginError", "Channel", "ClientData", "ClientFailed", "ClientInfo", "ClientState",

@@ -1,7 +1,7 @@
 """``python -m fedcore`` is the ``fedcore`` command (useful where the script is not on PATH)."""
 import sys
 
-from fedcore.cli import main
+from fedcore.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

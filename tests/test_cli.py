@@ -225,5 +225,5 @@ def test_console_script_is_installed():
     from importlib.metadata import entry_points
 
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get("fedcore") == "fedcore.cli:main"
+    assert scripts.get("fedcore") == "fedcore.cli:console"
     assert sys.executable

@@ -87,11 +87,12 @@ class _Cloner:
             return hit
         if (cls is dict or cls is OrderedDict) and not obj:
             return cls()  # the empty hook dicts every module carries; torch never shares them between modules
+        if cls is tuple and all(type(x) in _ATOMS for x in obj):
+            return obj  # kernel sizes, strides, paddings: deepcopy returns such a tuple itself
         if cls is nn.Parameter or cls is torch.Tensor:
             if not _plain_tensor(obj, self.shared):
                 return copy.deepcopy(obj, memo)
-            with torch.no_grad():
-                data = obj.clone(memory_format=torch.preserve_format)
+            data = obj.clone(memory_format=torch.preserve_format)  # under no_grad: the entry points set it
             new = nn.Parameter(data, requires_grad=obj.requires_grad) if cls is nn.Parameter else data
         elif isinstance(obj, nn.Module) and _plain_module(obj):
             module_cls: type[nn.Module] = cls  # typed, so mypy resolves cls.__new__ (deepcopy's reconstruct)
@@ -100,7 +101,13 @@ class _Cloner:
             copy._keep_alive(obj, memo)  # type: ignore[attr-defined]  # as deepcopy does: obj outlives the memo
             fields = new.__dict__
             for k, v in obj.__dict__.items():
-                fields[k] = v if type(v) in _ATOMS else self(v)
+                t = type(v)
+                if t in _ATOMS:
+                    fields[k] = v
+                elif (t is dict or t is OrderedDict) and not v:
+                    fields[k] = t()  # the empty hook dicts (a dozen a module), without a call each
+                else:
+                    fields[k] = self(v)
             return new
         elif (cls is dict or cls is OrderedDict) and all(type(k) in _ATOMS for k in obj):
             new = cls()
@@ -120,7 +127,8 @@ class _Cloner:
 
 def clone_module(module: M) -> M:
     """An independent deep copy of ``module``: same structure, values, flags and hooks, no shared tensors."""
-    return _Cloner(_shared_storages(module))(module)
+    with torch.no_grad():
+        return _Cloner(_shared_storages(module))(module)
 
 
 _STATELESS = frozenset(t for t in (
@@ -153,7 +161,8 @@ def share_frozen_copy(module: M, own: Iterable[str] = ()) -> M:
     cloner = _Cloner({ptr for ptr, n in counts.items() if n > 1})  # views and aliases among the copied tensors
     cloner.memo.update(scan.frozen)
     cloner.memo.update(scan.stateless)
-    return _share_walk(module, cloner)
+    with torch.no_grad():
+        return _share_walk(module, cloner)
 
 
 class _Scan:
