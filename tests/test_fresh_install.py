@@ -63,6 +63,19 @@ DECLARED = textwrap.dedent("""
 """)
 
 
+REFUSED = textwrap.dedent("""
+    import json, sys, traceback
+    def last_line(code):
+        try:
+            exec(code, {"__name__": "__main__"})
+        except Exception as exc:  # what the traceback's last line says
+            return traceback.format_exception_only(exc)[-1].strip()
+        return None
+    print(json.dumps([last_line(sys.argv[1]),
+                      last_line("import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})")]))
+""")
+
+
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -144,21 +157,52 @@ def _python(core_only, code: str) -> subprocess.CompletedProcess:
     return _run([str(py), "-c", code], repo.parent, env)
 
 
-def test_core_only_venv_has_no_timm_peft_open_clip_substrate_or_plugin(core_only):
-    py = core_only[0]
-    probe = _python(core_only, textwrap.dedent("""
-        import importlib, json
-        out = {}
-        for name in ("timm", "peft", "open_clip", "fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust",
-                     "torch", "pluggy", "fedcore"):
-            try:
-                out[name] = importlib.import_module(name).__file__
-            except ModuleNotFoundError as exc:
-                out[name] = None
-        print(json.dumps(out))
-    """))
+ANSWERS = textwrap.dedent("""
+    import contextlib, importlib, io, json, sys, traceback
+    from pathlib import Path
+    repo, out = Path(sys.argv[1]), Path(sys.argv[2])
+    found = {}
+    for name in ("timm", "peft", "open_clip", "fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust",
+                 "torch", "pluggy", "fedcore"):
+        try:
+            found[name] = importlib.import_module(name).__file__
+        except ModuleNotFoundError:
+            found[name] = None
+    from fedcore.cli import main
+    runs = {}
+    for key, setting in (("substrate", "pipeline.split=lora-share"), ("micro-vit", "model.name=micro-vit")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["run", str(repo / "examples" / "fedavg_dirichlet.toml"), "--set", setting,
+                         "--out", str(out / key)])
+        runs[key] = {"code": code, "stderr": err.getvalue()}
+    try:
+        import fedcore.lora
+        old = None
+    except ImportError as exc:
+        old = traceback.format_exception_only(exc)[-1].strip()
+    print(json.dumps({"found": found, "runs": runs, "old": old}))
+""")
+
+
+@pytest.fixture(scope="module")
+def core_answers(core_only, tmp_path_factory):
+    """What the core-only venv answers, asked of one interpreter there (outside the repository copy, so the
+    checkout's fedcore/ cannot shadow the installed one): which modules import, two refused ``fedcore run``s
+    (``fedcore.cli.main``, the installed command's function) and an old import path. The installed ``fedcore``
+    command itself runs the README demo and ``fedcore describe`` below."""
+    py, repo, env = core_only
+    out = tmp_path_factory.mktemp("core-answers")
+    # its own cache: the refused runs load the digits first, and the demo below starts from an empty one
+    own_cache = {**env, "FEDCORE_CACHE": str(out / "cache")}
+    probe = _run([str(py), "-c", ANSWERS, str(repo), str(out)], repo.parent, own_cache)
     assert probe.returncode == 0, probe.stderr
-    found = json.loads(probe.stdout)
+    return {**json.loads(probe.stdout.strip().splitlines()[-1]), "out": out}
+
+
+def test_core_only_venv_has_no_timm_peft_open_clip_substrate_or_plugin(core_only, core_answers):
+    py = core_only[0]
+    found = core_answers["found"]
     assert all(found[m] is None for m in LEFT_OUT + ("fedcore_split", "fedcore_lora", "fedcore_clip", "fedcore_robust"))
     # installed, not the checkout
     assert found["torch"] and found["pluggy"] and found["fedcore"].startswith(str(py.parents[1]))
@@ -181,25 +225,22 @@ def test_core_only_runs_the_readme_demo_with_the_dev_environments_numbers(core_o
     assert core == history(tmp_path / "full")  # the plain-torch micro CNN is timm's, number for number
 
 
-def test_core_only_naming_a_substrate_component_is_one_line_naming_its_package(core_only, tmp_path):
-    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "pipeline.split=lora-share",
-                   "--out", str(tmp_path / "x"))
-    assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fedcore: error: ") and "'lora-share'" in lines[0], run.stderr
+def test_core_only_naming_a_substrate_component_is_one_line_naming_its_package(core_answers):
+    run = core_answers["runs"]["substrate"]
+    assert run["code"] == 2
+    lines = run["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedcore: error: ") and "'lora-share'" in lines[0], run["stderr"]
     assert "provided by the fedcore-lora package, which is not installed (pip install fedcore-lora)" in lines[0]
-    assert not (tmp_path / "x").exists()  # refused before any work
+    assert not (core_answers["out"] / "substrate").exists()  # refused before any work
 
 
-def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_only, tmp_path):
-    run = _fedcore(core_only, "run", "examples/fedavg_dirichlet.toml", "--set", "model.name=micro-vit",
-                   "--out", str(tmp_path / "vit"))
-    assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [(
+def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_answers):
+    run = core_answers["runs"]["micro-vit"]
+    assert run["code"] == 2
+    assert run["stderr"].strip().splitlines() == [(
         "fedcore: error: model micro-vit: the micro ViT is built with timm, which is not installed: "
-        "pip install 'fedcore[vision]' (or pip install timm)")], run.stderr
-    old = _python(core_only, "import fedcore.lora")
-    assert old.stderr.strip().splitlines()[-1] == (
+        "pip install 'fedcore[vision]' (or pip install timm)")], run["stderr"]
+    assert core_answers["old"] == (
         "ModuleNotFoundError: fedcore.lora moved to fedcore_lora, which is not installed: pip install fedcore-lora")
 
 
@@ -239,28 +280,28 @@ def test_install_run_by_name_uninstall(core_only, tmp_path):
     finally:  # the venv is the module's: leave it core-only whatever failed
         if not uninstalled:
             _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
-    gone = _run([str(py), "-c", JOB], tmp_path, env)
-    assert gone.returncode != 0
-    last = gone.stderr.strip().splitlines()[-1]
+    # uninstalled: the same job, and a first-party method plugin that is not installed, asked of one interpreter
+    refused = _run([str(py), "-c", REFUSED, JOB], tmp_path, env)
+    assert refused.returncode == 0, refused.stderr
+    last, first_party = json.loads(refused.stdout.strip().splitlines()[-1])
+    assert last is not None, "the job ran with its plugin uninstalled"
     assert last.startswith("fedcore.errors.UnknownComponentError: unknown component 'trimmed-mean' for slot "
-                           "'aggregate'"), gone.stderr
+                           "'aggregate'"), last
     choices, _, note = last.split("; choose one of: ")[1].partition(" (installed plugins providing 'aggregate': ")
     assert {"fedavg", "fedasync", "fedbuff"} <= set(choices.split(", ")) and "sgd" not in choices  # that slot's only
     assert note == f"builtin (fedcore {fedcore.__version__}))" and "median" not in last
 
     # a first-party method plugin that is not installed: one line naming the package to install
-    first_party = _run([str(py), "-c", "import fedcore; fedcore.Pipeline.from_config({'aggregate': 'fedv'})"],
-                       tmp_path, env)
-    assert first_party.stderr.strip().splitlines()[-1] == (
+    assert first_party == (
         "fedcore.errors.UnknownComponentError: unknown component 'fedv' for slot 'aggregate': it is provided by the "
-        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party.stderr
+        "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party
 
 
 def test_fedcore_new_plugin_installs_is_found_by_name_runs_its_recipe_and_passes_its_own_tests(core_only, tmp_path):
-    """``fedcore new plugin``'s output, unchanged, in the core-only venv (it needs nothing but the core and torch)."""
+    """``fedcore new plugin``'s output, unchanged, in the core-only venv (it needs nothing but the core and torch).
+    The plugin is written by this process's ``fedcore new`` (the same source as the venv's copy)."""
     py, repo, env = core_only
-    made = _fedcore(core_only, "new", "plugin", "fedadam", "--slot", "local_update", "--out", str(tmp_path / "p"))
-    assert made.returncode == 0, made.stderr
+    assert main(["new", "plugin", "fedadam", "--slot", "local_update", "--out", str(tmp_path / "p")]) == 0
     install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     str(tmp_path / "p")], tmp_path, env)
     assert install.returncode == 0, install.stderr

@@ -77,59 +77,42 @@ def test_bind_must_be_an_address_or_auto():
         RayExecutor(bind="everywhere")
 
 
-SWEEP = """
-name = "tiny"
-rounds = 1
-num_clients = 2
-dataset = { name = "synthetic", n = 40, n_test = 20 }
-model = { name = "tiny-mlp", hidden = 8 }
-[pipeline]
-partition = "iid"
-local_update = { name = "sgd", lr = 0.05 }
-[sweep]
-seeds = 1
-"""
-
-
-@pytest.mark.integration
-@pytest.mark.xdist_group("ray")  # its own cluster in a child: not beside the run's shared one
-def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(tmp_path):
-    """One Ray cluster for both paths: ``fedcore sweep --ray`` starts it (``run_sweep(ray=True)``, the path that
-    once called ``ray.init`` on every interface), its sockets are listed; the Ray executor's run then joins it and
-    the sockets are listed again while that run trains. Both start Ray through ``ray_cluster.init_ray``."""
-    (tmp_path / "sweep.toml").write_text(SWEEP)
-    code = JOB + f"""
-import psutil
-from fedcore.engine.ray_executor import RayExecutor
-from fedcore.experiment import run_sweep
-seen = []
-def sockets(where):
+def listening_sockets() -> list[dict]:
+    """Every socket listening in this process and its children (a local cluster's GCS, raylet, workers, agents)."""
     me = psutil.Process()
+    seen = []
     for proc in [me, *me.children(recursive=True)]:
         try:
             conns = proc.net_connections(kind="inet")
             name = proc.name()
         except psutil.Error:
             continue
-        seen.extend({{"where": where, "process": name, "address": c.laddr.ip, "port": c.laddr.port}}
+        seen.extend({"process": name, "address": c.laddr.ip, "port": c.laddr.port}
                     for c in conns if c.status == psutil.CONN_LISTEN)
-swept = run_sweep({str(tmp_path / "sweep.toml")!r}, out={str(tmp_path / "swept")!r}, ray=True, jobs=1)
-assert [c.state for c in swept.cells] == ["finished"], swept.cells
-sockets("sweep")
-listed = []
-def listening(row):
-    if not listed:
-        listed.append(sockets("executor"))
-run_tiny_pipeline([SCHEDULES["async"]()], rounds=2, fixture=ContractFixture(num_clients=4),
-                  executor=RayExecutor(num_workers=1, shutdown_on_close=True), on_round=listening)
-print("SOCKETS" + json.dumps(seen))
-"""
-    out = run_child(code)
-    assert out.returncode == 0, out.stderr[-3000:]
-    sockets = json.loads(out.stdout.split("SOCKETS", 1)[1])
-    for where in ("sweep", "executor"):  # Ray's servers were seen on each path while it was running
-        assert {"gcs_server", "raylet"} <= {s["process"] for s in sockets if s["where"] == where}, sockets
-    exposed = [s for s in sockets if not loopback(s["address"])]
+    return seen
+
+
+@pytest.mark.integration
+def test_the_local_cluster_fedcore_starts_listens_on_loopback_only(ray_cluster):
+    """The run's one local Ray cluster (``ray_cluster``: started in this process by a RayExecutor that found no
+    Ray running, through ``ray_cluster.init_ray``) listens on loopback only: its sockets are listed while a Ray
+    executor's run trains on it (actors included). ``fedcore sweep --ray``, the path that once called ``ray.init``
+    on every interface, starts Ray through the same ``init_ray`` with the loopback default
+    (tests/test_sweep.py::test_cells_on_ray_give_the_numbers_of_cells_run_here)."""
+    from fedcore.builtin import AsyncSchedule
+    from fedcore.testing import ContractFixture, run_tiny_pipeline
+
+    seen: list[dict] = []
+
+    def listening(row):
+        if not seen:
+            seen.extend(listening_sockets())
+
+    run_tiny_pipeline([AsyncSchedule(concurrency=4)], rounds=2, fixture=ContractFixture(num_clients=4),
+                      executor=RayExecutor(num_workers=1), on_round=listening)
+    # Ray's servers are this process's children: this run's cluster is the one fedcore started here
+    assert {"gcs_server", "raylet"} <= {s["process"] for s in seen}, seen
+    exposed = [s for s in seen if not loopback(s["address"])]
     assert exposed == [], f"Ray sockets outside 127.0.0.0/8: {exposed}"
 
 

@@ -3,9 +3,10 @@
 The Ray executor's ``submit`` returns at once; the engine collects a job's result only when it needs it
 (its arrival, a cancellation, a checkpoint, a read of the client's state). That is possible whenever the
 arrival order is known before the jobs finish: without a clock, or with a clock that prices a job at dispatch
-(``Clock.duration_at_dispatch``). With SimClock (priced from the finished job) tests/test_ray_executor.py
-covers the same four schedulers. Every test here runs on the run's one local Ray cluster (``ray_cluster``,
-tests/conftest.py).
+(``Clock.duration_at_dispatch``). With SimClock (priced from the finished job) the two-node test of
+tests/test_ray_cluster.py covers the same four schedulers. Every test here runs on the run's one local Ray cluster
+(``ray_cluster``, tests/conftest.py); one Ray run per scheduler priced at dispatch serves the equivalence, the
+replacement and the resume checks.
 """
 import importlib.util
 
@@ -50,48 +51,67 @@ SCHEDULES = {
 }
 
 
-def job(schedule, clock, executor=None):
+def job(schedule, clock, executor=None, **kwargs):
     return run_tiny_pipeline([schedule], rounds=5, fixture=ContractFixture(num_clients=8), executor=executor,
-                             clock=clock, faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1))
+                             clock=clock, faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1),
+                             **kwargs)
 
 
-@pytest.mark.parametrize("clocked, names", [(True, tuple(SCHEDULES)), (False, ("async", "buffered"))],
-                         ids=["clock-at-dispatch", "no-clock"])
-def test_parallel_ray_gives_the_inline_history_under_every_scheduler(ray_cluster, clocked, names):
+def same_run(distributed, inline, name):
+    assert distributed.history.comparable() == inline.history.comparable(), name
+    assert distributed.ledger.to_rows() == inline.ledger.to_rows(), name
+    for k, v in inline.model.state_dict().items():
+        assert torch.equal(v, distributed.model.state_dict()[k]), (name, k)
+    assert ({c: s.rounds_participated for c, s in distributed.run.client_states.items()}
+            == {c: s.rounds_participated for c, s in inline.run.client_states.items()}), name
+
+
+def both_ways(names, clocked):
+    """Each schedule's job inline and on Ray (two workers, counting its submits): {name: (inline, ray, submits)}."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
-    events = set()
+    runs = {}
     try:
         for name in names:
             make = SCHEDULES[name]
             inline = job(make(), DeviceTimes() if clocked else None)
             executor = CountingRay(num_workers=2)
             distributed = job(make(), DeviceTimes() if clocked else None, executor)
-            assert executor.submits, name  # the parallel path ran (submit, not run)
-            assert distributed.history.comparable() == inline.history.comparable(), name
-            assert distributed.ledger.to_rows() == inline.ledger.to_rows(), name
-            for k, v in inline.model.state_dict().items():
-                assert torch.equal(v, distributed.model.state_dict()[k]), (name, k)
-            assert ({c: s.rounds_participated for c, s in distributed.run.client_states.items()}
-                    == {c: s.rounds_participated for c, s in inline.run.client_states.items()}), name
-            events |= {k for r in inline.history for k in ("dropout", "lost", "unavailable") if k in r}
+            runs[name] = (inline, distributed, executor.submits)
     finally:
         torch.set_num_threads(threads)
-    if clocked:
-        assert events == {"dropout", "lost", "unavailable"}  # every kind of fault happened on the way
+    return runs
 
 
-@pytest.mark.parametrize("schedule", [AsyncSchedule(concurrency=4), BufferedSchedule(buffer_size=2, concurrency=4)],
-                         ids=["async", "buffered"])
-def test_every_job_in_flight_is_running_when_a_replacement_is_submitted(ray_cluster, schedule):
-    executor = CountingRay(num_workers=2)
-    run_tiny_pipeline([schedule], rounds=6, fixture=ContractFixture(num_clients=10), executor=executor,
-                      clock=DeviceTimes())
-    first, *replacements = executor.submits
+@pytest.fixture(scope="module")
+def priced_at_dispatch(ray_cluster):
+    """Every scheduler's job priced at dispatch, with faults, inline and on Ray: the equivalence, the replacement
+    and the resume checks below read these runs (one Ray run per scheduler)."""
+    return both_ways(tuple(SCHEDULES), clocked=True)
+
+
+def test_parallel_ray_gives_the_inline_history_under_every_scheduler_priced_at_dispatch(priced_at_dispatch):
+    events = set()
+    for name, (inline, distributed, submits) in priced_at_dispatch.items():
+        assert submits, name  # the parallel path ran (submit, not run)
+        same_run(distributed, inline, name)
+        events |= {k for r in inline.history for k in ("dropout", "lost", "unavailable") if k in r}
+    assert events == {"dropout", "lost", "unavailable"}  # every kind of fault happened on the way
+
+
+def test_parallel_ray_gives_the_inline_history_without_a_clock(ray_cluster):
+    for name, (inline, distributed, submits) in both_ways(("async", "buffered"), clocked=False).items():
+        assert submits, name
+        same_run(distributed, inline, name)
+
+
+@pytest.mark.parametrize("name", ["async", "buffered"])
+def test_every_job_in_flight_is_running_when_a_replacement_is_submitted(priced_at_dispatch, name):
+    first, *replacements = priced_at_dispatch[name][2]
     assert first == (4, 4)  # the opening wave
     assert len(replacements) >= 5
     # one replacement per arrival, submitted while the three other jobs in flight are still uncollected: the
-    # engine waited only for the job that arrived (one job per arrival would show (1, 1) here)
+    # engine waited only for the job that arrived (one job per arrival would show (1, 1) here), faults and all
     assert all(entry == (1, 4) for entry in replacements), replacements
 
 
@@ -99,7 +119,7 @@ class Stop(Exception):
     pass
 
 
-def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(ray_cluster, tmp_path):
+def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(priced_at_dispatch, tmp_path):
     from fedcore.engine.checkpoint import Checkpointer
 
     def crash_after_round_3(row):
@@ -107,14 +127,12 @@ def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(
             raise Stop
 
     def buffered_job(**kwargs):
-        return run_tiny_pipeline([BufferedSchedule(buffer_size=2, concurrency=4)], rounds=5,
-                                 fixture=ContractFixture(num_clients=8), clock=DeviceTimes(),
-                                 faults=Faults(dropout_before=0.1, dropout_during=0.15, lost_upload=0.1), **kwargs)
+        return job(SCHEDULES["buffered"](), DeviceTimes(), **kwargs)
 
+    full = priced_at_dispatch["buffered"][0]  # the same job, uninterrupted, inline
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        full = buffered_job()
         with pytest.raises(Stop):
             buffered_job(executor=RayExecutor(num_workers=2), checkpoint=Checkpointer(tmp_path, every=1),
                          on_round=crash_after_round_3)

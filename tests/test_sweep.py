@@ -222,9 +222,25 @@ def test_statistics_match_scipy_and_handle_degenerate_pairs():
     assert paired({0: 0.5}, {1: 0.5}) is None
 
 
-def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path, ray_cluster):
+def test_cells_on_ray_give_the_numbers_of_cells_run_here(swept, tmp_path, ray_cluster, monkeypatch):
+    """Also: ``fedcore sweep --ray`` reaches Ray only through ``init_ray`` with no address and the loopback bind,
+    the start whose sockets tests/test_ray_cluster.py lists on the run's cluster (this path once called ``ray.init``
+    on every interface). The real ``init_ray`` runs; it finds the run's cluster and joins nothing new."""
+    import inspect
+
+    from fedcore.engine import ray_cluster as cluster
+
+    real, calls = cluster.init_ray, []
+
+    def spied(**kwargs):
+        calls.append(inspect.signature(real).bind(**kwargs))
+        calls[-1].apply_defaults()
+        return real(**kwargs)
+
+    monkeypatch.setattr(cluster, "init_ray", spied)
     config, out = swept
     on_ray = run_sweep(config, seeds=[1], out=tmp_path / "ray", ray=True, jobs=2)  # on the run's Ray cluster
+    assert [(c.arguments["address"], c.arguments["bind"]) for c in calls] == [(None, cluster.LOOPBACK)]
     assert [c.state for c in on_ray.cells] == ["finished", "finished"]
     for cell in on_ray.cells:
         assert comparable(cell.run_dir) == comparable(out / cell.run_dir.relative_to(on_ray.directory))

@@ -65,11 +65,6 @@ def status_of(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "status.json").read_text())
 
 
-def fedcore(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fedcore.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def kill_at(args: list[str], run_dir: Path, *, after_rows: int, delay: float, timeout: float = 300) -> int:
     """Start ``fedcore ARGS``, SIGKILL it ``delay`` seconds after ``run_dir`` has ``after_rows`` rows; rows then.
 
