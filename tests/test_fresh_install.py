@@ -193,7 +193,7 @@ def core_answers(core_only, tmp_path_factory):
     command itself runs the README demo and ``fedcore describe`` below."""
     py, repo, env = core_only
     out = tmp_path_factory.mktemp("core-answers")
-    # its own cache: the refused runs load the digits first, and the demo below starts from an empty one
+    # its own cache: the refused runs load the digits, and the demo below is the README's on an empty cache
     own_cache = {**env, "FEDCORE_CACHE": str(out / "cache")}
     probe = _run([str(py), "-c", ANSWERS, str(repo), str(out)], repo.parent, own_cache)
     assert probe.returncode == 0, probe.stderr
