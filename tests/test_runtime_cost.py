@@ -40,6 +40,40 @@ def test_frozen_parameters_get_no_backward_cost_and_no_gradients():
     assert cost.activation_bytes < full.activation_bytes / 10
 
 
+def wide_vit():
+    """A micro ViT over ``META_FROM`` parameters, so ``measure`` counts it on the meta device."""
+    return micro_vit(embed_dim=128, depth=8, num_heads=4)
+
+
+class Gated(torch.nn.Module):
+    """A forward that branches on its input's values: the meta device cannot run it."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = wide_vit()
+
+    def forward(self, x):
+        return self.net(x) if bool(x.sum() > -1e9) else self.net(-x)
+
+
+@pytest.mark.parametrize("make", [wide_vit, Gated], ids=["on-meta", "data-dependent"])
+def test_a_large_cpu_share_counts_what_its_real_tensors_count(make):
+    """Over ``META_FROM`` parameters a CPU share is measured on a meta copy (the forward sees meta inputs, the
+    weights are not touched); the counts equal the real tensors'. A forward that needs values falls back to them."""
+    from fedcore.runtime.cost_model import META_FROM, _measure
+
+    model, x = make(), torch.randn(2, 1, 8, 8)
+    assert sum(p.numel() for p in model.parameters()) >= META_FROM
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(args[0].device.type))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cost = measure(model, x)
+    assert seen[0] == "meta" and seen[-1] == ("meta" if make is wide_vit else "cpu")  # tried on meta first
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    seen.clear()
+    assert cost == _measure(model, x) and seen == ["cpu"] * len(seen) and seen
+
+
 def test_meter_counts_train_and_eval_samples():
     model = torch.nn.Linear(3, 2)
     with count_samples(model) as work:

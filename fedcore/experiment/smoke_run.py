@@ -5,7 +5,8 @@ component of the pipeline with its settings, the partition rule, the device prof
 down, and printed:
 
 * the data: synthetic labels of the stated class balance (or the real labels), inputs of the configured shape made
-  of seeded noise, only for the samples that train (no dataset or weights need to be present);
+  of seeded noise, only for the samples that train and a global test set of ``batch`` samples, one evaluation batch
+  (no dataset or weights need to be present);
 * the partition: computed by the configured partitioner over the whole population and the whole (label) data set,
   then two clients are kept (client 0 and the first client with another device profile, else client 1), each with
   its first ``batch`` samples (and personal test samples), handed to the engine as a fixed partition;
@@ -207,7 +208,7 @@ def smoke(p: Plan, *, device: str | None = None, precision: str | None = None, b
     if kept.test_order is not None:
         test = noise_images(shape.test_labels[kept.test_order], shape.input, shape.classes, cfg["seed"], "test")
     elif shape.test:
-        test = noise_images(shape.test_labels[: 2 * k], shape.input, shape.classes, cfg["seed"], "test")
+        test = noise_images(shape.test_labels[:k], shape.input, shape.classes, cfg["seed"], "test")
     else:
         test = None
     partition = kept.partition

@@ -140,10 +140,39 @@ def storage_key(t: torch.Tensor) -> int:
     return int(t.untyped_storage()._cdata)
 
 
+META_FROM = 1_000_000
+"""Parameters from which :func:`measure` counts a CPU share on the meta device (a micro CNN: 7 ms real, 18 ms meta;
+ViT-Tiny: 0.9 s real, 0.6 s meta; the counts are equal)."""
+
+
+def on_meta(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers live on the meta device (tied tensors stay tied); the
+    real weights are not copied."""
+    memo: dict[int, Any] = {}
+    for p in module.parameters():
+        memo.setdefault(id(p), nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad))
+    for b in module.buffers():
+        memo.setdefault(id(b), torch.empty_like(b, device="meta"))
+    return copy.deepcopy(module, memo)
+
+
 def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     """Count one forward (no grad) and one forward+backward of ``module`` on ``example`` (a batch).
 
-    ``module`` and ``example`` may live on the meta device: the counts are the same as on real tensors."""
+    ``module`` and ``example`` may live on the meta device: the counts are the same as on real tensors. A CPU
+    share of ``META_FROM`` parameters or more is measured on a meta copy (shapes alone: three passes of a large model
+    cost seconds on real tensors, a micro model's less than the meta device's dispatch); a module whose forward the
+    meta device cannot run (data-dependent shapes or branches, tensors outside its parameters and buffers) is
+    measured on its real tensors."""
+    if example.device.type == "cpu" and sum(p.numel() for p in module.parameters()) >= META_FROM:
+        try:
+            return _measure(on_meta(module), example.to("meta"))
+        except Exception:  # noqa: BLE001 - any failure on meta: the real tensors answer
+            pass
+    return _measure(module, example)
+
+
+def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
 
     from fedcore.runtime.meta_kernels import cpu_attention

@@ -46,3 +46,26 @@ def test_a_quota_per_client_is_required():
                                                                  test_dataset=None, run=None)
     with pytest.raises(ConfigError, match="positive numbers"):
         QuotaDirichletPartition(quotas=(1, 0))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_filling_from_the_largest_pool_takes_what_the_scan_took(seed):
+    """The heap fill equals the scan it replaced (the largest pool's front, the first pool on a tie, one sample at a
+    time), with ties, pools running dry and more wanted than left."""
+    from fedcore_cos2p.partition import fill_from_largest
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 4, size=12)
+    pools = {c: list(range(100 * c, 100 * c + int(n))) for c, n in enumerate(sizes)}
+    scanned = {c: list(v) for c, v in pools.items()}
+    for short in (3, 7, int(sizes.sum())):
+        expected = []
+        left = short
+        while left > 0:
+            c = max(scanned, key=lambda k: len(scanned[k]))
+            if not scanned[c]:
+                break
+            expected.append(scanned[c].pop(0))
+            left -= 1
+        assert fill_from_largest(pools, short) == expected
+        assert pools == scanned

@@ -1,8 +1,8 @@
 """repro/tables.py over a real, shortened run of repro/cos2p_sweep.toml: the README block's numbers are the cells'
 recorded RU, accuracy and staleness, paired by seed against FedRolex."""
 from pathlib import Path
+import runpy
 import statistics
-import subprocess
 import sys
 
 import attrs
@@ -15,8 +15,8 @@ from fedcore_cos2p import run_ru, staleness_histogram
 REPRO = Path(__file__).resolve().parents[1] / "repro"
 
 
-@pytest.mark.integration
-def test_the_tables_script_reports_the_cells_recorded_ru_accuracy_and_staleness(tmp_path):
+@pytest.mark.slow
+def test_the_tables_script_reports_the_cells_recorded_ru_accuracy_and_staleness(tmp_path, monkeypatch):
     spec = load_sweep_spec(REPRO / "cos2p_sweep.toml", seeds=2,
                            sets=["rounds=2", "dataset.n=240", "dataset.n_test=80"])
     spec = attrs.evolve(spec, variants={k: v for k, v in spec.variants.items() if k in ("co-s2p", "fedrolex")})
@@ -24,9 +24,9 @@ def test_the_tables_script_reports_the_cells_recorded_ru_accuracy_and_staleness(
     assert [c.state for c in outcome.cells] == ["finished"] * 4
     readme = tmp_path / "README.md"
     readme.write_text("# cos2p\n<!-- generated:cos2p-results -->\nold\n<!-- /generated:cos2p-results -->\nend\n")
-    done = subprocess.run([sys.executable, str(REPRO / "tables.py"), str(tmp_path / "sweep"),
-                           "--write", str(readme)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # the script as `python repro/tables.py SWEEP --write README` runs it, in this process (no interpreter start-up)
+    monkeypatch.setattr(sys, "argv", [str(REPRO / "tables.py"), str(tmp_path / "sweep"), "--write", str(readme)])
+    runpy.run_path(str(REPRO / "tables.py"), run_name="__main__")
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- /generated:cos2p-results -->\nend\n")
 

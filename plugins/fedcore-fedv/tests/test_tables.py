@@ -2,7 +2,7 @@
 client's local model, paired comparisons between any two rows, and the ledger's bytes per round."""
 import json
 import os
-import subprocess
+import runpy
 import sys
 import textwrap
 
@@ -36,6 +36,13 @@ CONFIG = textwrap.dedent("""
 PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_tables(monkeypatch, *args):
+    """``python repro/tables.py ARGS``, run in this process as the interpreter would run it (no start-up to pay)."""
+    script = os.path.join(PLUGIN, "repro", "tables.py")
+    monkeypatch.setattr(sys, "argv", [script, *map(str, args)])
+    runpy.run_path(script, run_name="__main__")
+
+
 def finals(out, setting, key):
     values = {}
     for seed in range(3):
@@ -45,18 +52,16 @@ def finals(out, setting, key):
     return values
 
 
-@pytest.mark.integration
-def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path):
+@pytest.mark.slow
+def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path, monkeypatch):
     config = tmp_path / "tiny.toml"
     config.write_text(CONFIG)
     out = tmp_path / "out"
     assert main(["sweep", str(config), "--out", str(out)]) == 0
     readme = tmp_path / "README.md"
     readme.write_text("# fedv\n<!-- generated:fedv-results -->\nold\n<!-- /generated:fedv-results -->\nafter\n")
-    done = subprocess.run([sys.executable, os.path.join(PLUGIN, "repro", "tables.py"), str(out),
-                           "--pair", "fedavg/local:fedavg", "--pair", "fedavg/local:global-only",
-                           "--write", str(readme)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    run_tables(monkeypatch, out, "--pair", "fedavg/local:fedavg", "--pair", "fedavg/local:global-only",
+               "--write", readme)
     text = readme.read_text()
     assert text.startswith("# fedv\n<!-- generated:fedv-results -->\n**Commands:** `fedcore sweep ")
     assert "old" not in text and text.endswith("<!-- /generated:fedv-results -->\nafter\n")
@@ -76,13 +81,13 @@ def test_fedv_tables_adds_the_local_model_rows_and_pairs_them(tmp_path):
     assert (tmp_path / "results" / "fedv-results" / "sweep_final.png").stat().st_size > 0
 
 
-@pytest.mark.integration
-def test_fedv_tables_names_the_rows_when_a_pair_is_unknown(tmp_path):
+@pytest.mark.slow
+def test_fedv_tables_names_the_rows_when_a_pair_is_unknown(tmp_path, monkeypatch):
     config = tmp_path / "tiny.toml"
     config.write_text(CONFIG.replace("seeds = 3", "seeds = 1").replace("rounds = 2", "rounds = 1"))
     out = tmp_path / "out"
     assert main(["sweep", str(config), "--out", str(out)]) == 0
-    done = subprocess.run([sys.executable, os.path.join(PLUGIN, "repro", "tables.py"), str(out),
-                           "--pair", "fedvz:fedavg"], capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert "--pair 'fedvz:fedavg'" in done.stderr and "fedavg/local" in done.stderr
+    with pytest.raises(SystemExit) as refused:  # a message: the interpreter prints it and exits with status 1
+        run_tables(monkeypatch, out, "--pair", "fedvz:fedavg")
+    assert isinstance(refused.value.code, str)
+    assert "--pair 'fedvz:fedavg'" in refused.value.code and "fedavg/local" in refused.value.code

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+import runpy
 import statistics
-import subprocess
 import sys
 
 import pytest
@@ -60,8 +60,8 @@ def _expected_time_cell(sweep: Path, setting: str, base: str) -> str:
     return f"{statistics.mean(reached):.3f} ± {statistics.stdev(reached):.3f}"
 
 
-@pytest.mark.integration
-def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path):
+@pytest.mark.slow
+def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path, monkeypatch):
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP)
     out = tmp_path / "s"
@@ -69,10 +69,10 @@ def test_tables_pair_each_mode_with_its_sl_and_time_the_target(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# tl\n<!-- generated:treelearning-parity -->\nold\n"
                       "<!-- /generated:treelearning-parity -->\nend\n")
-    done = subprocess.run([sys.executable, str(REPRO / "tables.py"), str(out), "--write",
-                           str(readme)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    # `python repro/tables.py OUT --write README` from tmp_path, run in this process (no interpreter start-up)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(REPRO / "tables.py"), str(out), "--write", str(readme)])
+    runpy.run_path(str(REPRO / "tables.py"), run_name="__main__")
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- /generated:treelearning-parity -->\nend\n")
     rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines() if line.startswith("| horizontal")

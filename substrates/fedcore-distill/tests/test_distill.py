@@ -187,6 +187,24 @@ def test_p_group_statistics():
     assert again == parts
 
 
+@pytest.mark.parametrize("clients, groups", [(10, 10), (23, 4), (7, 3)])
+def test_p_group_deals_each_sample_as_one_draw_per_sample_would(clients, groups):
+    """The array deal equals the loop it replaced (a draw per sample of a client of its group, in sample order), with
+    groups of one client and of unequal sizes, and leaves the generator where the loop left it."""
+    from fedcore_distill.pgroup import deal
+
+    setup = np.random.default_rng(clients)
+    group = setup.integers(0, groups, size=5000)
+    client_group = setup.permutation(np.arange(clients) % groups)
+    members = [np.flatnonzero(client_group == g) for g in range(groups)]
+    loop_rng, rng = np.random.default_rng(1), np.random.default_rng(1)
+    expected: list[list[int]] = [[] for _ in range(clients)]
+    for i, g in enumerate(group):
+        expected[int(members[g][loop_rng.integers(len(members[g]))])].append(i)
+    assert deal(group, members, rng) == expected
+    assert rng.random() == loop_rng.random()
+
+
 # ---- costs at paper scale (spec 002 Sec. 4.4, +-2 %) ----
 
 @pytest.mark.slow
