@@ -1,5 +1,5 @@
-"""The plugin's examples/treelearning.toml: `fedcore run` finishes in under two minutes, and a SIGKILL + resume
-equals it."""
+"""The plugin's examples/treelearning.toml: `fedcore run` finishes and learns, and a SIGKILL + resume equals it
+(its time is the suite's `--durations` business, not an assertion: docs/testing.md)."""
 import json
 import os
 from pathlib import Path
@@ -29,11 +29,9 @@ def comparable(rows):
 
 
 @pytest.mark.integration
-def test_the_example_runs_in_two_minutes_and_resumes_after_a_kill_to_the_same_history(tmp_path, capsys):
+def test_the_example_runs_and_resumes_after_a_kill_to_the_same_history(tmp_path, capsys):
     reference = tmp_path / "reference"
-    start = time.process_time()  # CPU seconds: wall time on a machine shared by many test runs is noise
     assert main(["run", str(EXAMPLE), "--out", str(reference), "--progress", "none"]) == 0
-    assert time.process_time() - start < 120
     capsys.readouterr()
     expected = rows_of(reference)
     assert len(expected) == 6 and expected[-1]["test_accuracy"] > 0.5
