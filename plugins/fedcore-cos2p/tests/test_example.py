@@ -1,6 +1,7 @@
 """The plugin's examples/cos2p.toml: plans, and a shortened run under semi-async finishes with the Co-S2P metrics
 in its rows."""
 from pathlib import Path
+
 import pytest
 
 from fedcore.experiment import load_config, materialize, plan, run_experiment
