@@ -1,15 +1,17 @@
-"""Suite-wide test rules (docs/testing.md): the ``integration`` marker is enforced, and integration modules start first.
+"""Suite-wide test rules (docs/testing.md): the ``integration`` marker is enforced, and the long groups start first.
 
 * A test that starts a process (a ``python`` or ``fedcore`` child, pip, a venv, a Ray cluster, a shell script) is
   marked ``integration``; ``scripts/dev test --quick`` leaves those out. An unmarked test that starts one fails
   here, naming the process, so the quick loop stays quick as tests are added.
-* ``scripts/dev test`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``). Modules holding an
-  integration test are collected first (whole, in their own order; the Ray group's first), so the long tests
-  start first and the many short ones fill in behind them; tests that share an expensive thing carry one
-  ``xdist_group`` so one worker builds it once (see the groups in docs/testing.md).
+* ``scripts/dev test`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``). The longest groups
+  (``LONG_GROUPS``, longest first) are collected first, then the other groups and modules holding integration or
+  slow tests, then the rest, so the long tests start first and the many short ones fill in behind them; tests that
+  share an expensive thing carry one ``xdist_group`` so one worker builds it once (see the groups in
+  docs/testing.md).
 """
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 import subprocess
@@ -66,9 +68,29 @@ def pytest_configure(config: pytest.Config) -> None:
         subprocess.Popen.__init__ = recording_init  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    """No cyclic garbage collection while collecting, and what collection built frozen afterwards: importing torch,
+    the plugins and every test module makes ~0.4 million objects that live all session, which the collector would
+    otherwise walk at every full collection, during collection and during the tests (~7 % of a worker's CPU;
+    frozen, the tests' collections walk only what the tests make)."""
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 HARNESS_GROUPS = {"ray_cluster": "ray"}
 """Session fixtures that start something expensive -> the xdist group of the tests using them (one worker runs
 them all, so the thing starts once per run). A test taking one is an integration test of that group."""
+
+LONG_GROUPS = ("paper-costs", "recipe-matrix", "ray", "fresh-venv", "pretrained-tiny-clip")
+"""The xdist groups that run longest, longest first (sum of their tests' times in the whole run at e6f31db, 2
+workers: 83, 75, 64, 40 and 13 s). ``--dist loadgroup`` hands a worker a whole group at once, in collection order,
+when the worker is nearly idle; a long group handed out late runs alone at the end of the run (a tail). So these go
+out first, longest first, and everything else fills in behind them (see ``pytest_collection_modifyitems``)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
@@ -81,16 +103,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         component = _checked_component(item)
         if component and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(f"checks:{item.path.name}:{component}"))
-    # Scheduling order (scripts/dev runs xdist with --no-loadscope-reorder, so groups go out in this order):
-    # modules of the harness groups first (the Ray group is the longest chain of the run), then the other modules
-    # holding integration or slow tests, then the rest; stable, so modules stay whole and in their own order.
-    rank: dict[object, int] = {}
+    # Scheduling order. scripts/dev runs xdist with --no-loadscope-reorder, so the groups (and the ungrouped tests,
+    # one by one) go out in the order of their first test here. A unit keeps its best rank: a group goes out where
+    # its most urgent test would, and an ungrouped test with its module (stable sort: modules stay whole and in their
+    # own order, so a module-scoped fixture is built on one worker).
+    rank: dict[object, tuple[int, int]] = {}
     for item in items:
-        harness = any(m.args and m.args[0] in HARNESS_GROUPS.values() for m in item.iter_markers("xdist_group"))
-        long = item.get_closest_marker("integration") or item.get_closest_marker("slow")
-        own = 0 if harness else 1 if long else 2
-        rank[item.path] = min(rank.get(item.path, 2), own)
-    items.sort(key=lambda item: rank[item.path])
+        unit = _unit(item)
+        rank[unit] = min(rank.get(unit, (9, 0)), _schedule_rank(item))
+    items.sort(key=lambda item: rank[_unit(item)])
+
+
+def _groups(item: pytest.Item) -> list[str]:
+    return sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                   for m in item.iter_markers("xdist_group")})
+
+
+def _unit(item: pytest.Item) -> object:
+    """What the scheduler hands out whole: the test's xdist group(s), or (ungrouped) its module."""
+    groups = _groups(item)
+    return "_".join(groups) if groups else item.path
+
+
+def _schedule_rank(item: pytest.Item) -> tuple[int, int]:
+    """How early a test should go out: (0, i) a test of the i-th of ``LONG_GROUPS`` (longest first); (1, 0) of
+    another group holding integration or slow tests (a docs page, a catalogue); (2, 0) an ungrouped integration or
+    slow test; (3, 0) the rest, the many short tests, which fill in behind the long ones so both workers end
+    together."""
+    groups = _groups(item)
+    long = bool(item.get_closest_marker("integration") or item.get_closest_marker("slow"))
+    listed = [LONG_GROUPS.index(g) for g in groups if g in LONG_GROUPS]
+    if listed:
+        return (0, min(listed))
+    if groups:
+        return (1, 0) if long else (3, 0)
+    return (2, 0) if long else (3, 0)
 
 
 def _checked_component(item: pytest.Item) -> str | None:
@@ -115,8 +162,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from _pytest.nodeid import NodeId
 
     for item in session.items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
+        names = _groups(item)
         grouped = "@" + "_".join(names).replace("[", "(").replace("]", ")")  # the scheduler splits at the last "]"
         nid = getattr(item, "_id", None)
         if names and isinstance(nid, NodeId) and nid.names and not item.nodeid.endswith(grouped):

@@ -3,6 +3,7 @@ adapters the model table asks for (rank, alpha, targets, dropout), train only th
 setting given differently in two places. The model is timm's ViT-Tiny at 8x8 with one block of width 16."""
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -15,7 +16,8 @@ from fedcore.experiment import load_config, materialize, plan
 from fedcore.experiment.config import read_toml
 from fedcore_lora import ADAPTER, adapter_keys, current_rank, has_lora, lora_layers
 
-pytest.importorskip("timm")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="needs timm")
+"""Looked up, not imported: importing timm costs ~2 CPU-s, paid by the tests that build a model, not at collection."""
 torch.set_num_threads(1)
 
 TOML = """

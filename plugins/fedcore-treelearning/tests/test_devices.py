@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import timm
 import torch
 
 from fedcore.errors import ConfigError
@@ -17,6 +16,8 @@ from fedcore_treelearning import (
 
 @pytest.fixture(scope="module")
 def vit_profile():
+    import timm  # imported here: light at collection (docs/testing.md)
+
     torch.manual_seed(0)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=4,
                               embed_dim=32, num_heads=2, num_classes=10)

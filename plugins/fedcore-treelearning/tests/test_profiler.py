@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import timm
-from timm.models.resnet import BasicBlock, ResNet
 import torch
 from torch import nn
 
@@ -12,6 +10,8 @@ from fedcore_treelearning import partition_units, profile_model
 
 
 def micro_vit(embed_dim: int = 32, depth: int = 3) -> nn.Module:
+    import timm  # the tests import timm, not the module: light at collection (docs/testing.md)
+
     torch.manual_seed(0)
     return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=depth,
                              embed_dim=embed_dim, num_heads=2, num_classes=10)
@@ -53,6 +53,8 @@ def test_micro_vit_units_are_the_stem_blocks_and_head():
 @pytest.mark.parametrize("variant", [{"global_pool": "map"}, {"dynamic_img_size": True}, {"reg_tokens": 2},
                                      {"global_pool": "avg", "class_token": False}, {"no_embed_class": True}])
 def test_vit_variants_compose_and_own_every_parameter(variant):
+    import timm
+
     torch.manual_seed(0)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
                               embed_dim=32, num_heads=2, num_classes=10, **variant).eval()
@@ -64,6 +66,8 @@ def test_vit_variants_compose_and_own_every_parameter(variant):
 
 
 def test_a_part_no_unit_owns_is_one_clear_error():
+    from timm.models.resnet import BasicBlock, ResNet
+
     model = ResNet(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), num_classes=10)
     model.extra = nn.Linear(2, 2)  # not on the forward path the cut knows
     with pytest.raises(ConfigError,
@@ -95,6 +99,8 @@ def test_micro_vit_costs_grow_with_width_and_depth():
 
 
 def test_resnet_is_cut_into_stem_stages_and_head():
+    from timm.models.resnet import BasicBlock, ResNet
+
     torch.manual_seed(0)
     model = ResNet(block=BasicBlock, layers=(1, 1, 1, 1), channels=(8, 16, 32, 64), num_classes=10).eval()
     units = partition_units(model)
@@ -120,6 +126,8 @@ def test_timm_mobilenets_and_vgg_are_cut_into_stem_stages_and_head(arch, names):
     """The thesis's MobileNet (v1) and VGG11 by timm name (the paper configs under examples/paper/): the units
     compose to the model and own every parameter (the cut checks it), and the stem of MobileNet-v1 is its first
     convolution and batch norm (3 x 3 x 3 x 32 weights + 2 x 32 affine)."""
+    import timm
+
     torch.manual_seed(0)
     model = timm.create_model(arch, pretrained=False, num_classes=10).eval()
     units = partition_units(model)

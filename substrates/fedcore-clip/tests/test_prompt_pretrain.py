@@ -32,6 +32,7 @@ def test_pretraining_is_deterministic_cached_and_learns(tmp_path, monkeypatch):
     assert not any(p.requires_grad for p in c.parameters())
 
 
+@pytest.mark.slow  # a whole (tiny) pre-training run to show learning: the suite runs it, --quick does not
 def test_pretraining_learns_zero_shot_classification():
     """30 training steps on 4 captioned shapes per class lift zero-shot accuracy (30 classes, chance 0.033) well
     above the untrained CLIP's; one thread inside the build, so the numbers are the same on every machine."""

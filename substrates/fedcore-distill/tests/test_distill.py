@@ -12,7 +12,6 @@ from fedcore import ConfigError
 from fedcore.rng import derive_seed
 from fedcore_distill import (
     FeaturePacket,
-    HybridViT,
     PGroupPartition,
     check_feature_shapes,
     edge_resnet,
@@ -67,6 +66,8 @@ def test_dist_head_target_is_argmax_of_client_logits_and_w_dist_zero_is_plain_ce
 
 
 def test_hybrid_vit_tokens_and_heads():
+    from fedcore_distill import HybridViT  # subclasses a timm class: imported here, light at collection
+
     vit = HybridViT(feature_shape=(4, 8, 8), num_classes=3, embed_dim=16, depth=1, num_heads=2, patch_size=4)
     assert vit.patch_embed.num_patches == 4 and vit.pos_embed.shape[1] == 4 + 2  # n = (8/4)^2, + cls + dist
     h = torch.randn(2, 4, 8, 8)

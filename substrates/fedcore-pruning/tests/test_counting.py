@@ -1,6 +1,5 @@
 """Parameter, FLOP and training-memory counters, checked against hand formulas and the real optimizer."""
 import pytest
-from timm.optim import Adan
 import torch
 
 from fedcore.errors import ConfigError
@@ -58,6 +57,8 @@ def test_flops_match_the_formula_and_the_prefix_costs_no_backward(full, shape):
 
 
 def test_adan_state_count_matches_timm(full, shape, images):
+    from timm.optim import Adan  # imported here: light at collection (docs/testing.md)
+
     sub = extract(full, _spec(shape)).train()
     opt = Adan([p for p in sub.parameters() if p.requires_grad], lr=1e-3)
     sum(o.sum() for o in sub.forward_all(images)).backward()

@@ -1,14 +1,22 @@
 """PrunableViT holds timm VisionTransformer weights and answers like it."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import attrs
 import pytest
-from timm.models.vision_transformer import VisionTransformer
 import torch
 
 from fedcore.errors import ConfigError
 from fedcore_pruning import BlockMasks, PrunableViT, SubmodelSpec, ViTShape, extract
 
+if TYPE_CHECKING:
+    from timm.models.vision_transformer import VisionTransformer
+
 
 def _timm_vit(**kw) -> VisionTransformer:
+    from timm.models.vision_transformer import VisionTransformer  # imported here: light at collection
+
     torch.manual_seed(0)
     args = dict(img_size=16, patch_size=4, in_chans=3, num_classes=7, embed_dim=48, depth=3, num_heads=6, mlp_ratio=2.0)
     return VisionTransformer(**(args | kw)).eval()

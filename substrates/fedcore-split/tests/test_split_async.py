@@ -63,6 +63,7 @@ def run(recipe: str, schedule, rounds: int = 6, **kw):
     return result, counter.seen
 
 
+@pytest.mark.slow  # every recipe under every scheduler (20 six-round runs): the suite runs it, --quick does not
 @pytest.mark.parametrize("schedule", sorted(SCHEDULES))
 @pytest.mark.parametrize("recipe", [*WEIGHT_RULES, *DROP_RULES])
 def test_every_split_recipe_runs_under_every_scheduler_and_accounts_for_late_sessions(recipe, schedule):
