@@ -52,12 +52,14 @@ HORIZON_MARKS = (8, 16, 24, 32, 40)
 Rows = list[dict[str, Any]]
 
 
-def cells(sweep: Path, label: str) -> dict[int, Path]:
-    """Finished cells of one setting, by seed."""
+def cells(sweep: Path, label: str, *, unfinished: bool = False) -> dict[int, Path]:
+    """Finished cells of one setting, by seed (with ``unfinished``, also cells stopped or still running: their
+    recorded rounds)."""
     out = {}
     for d in sorted((sweep / label).glob("seed-*")):
         status = d / "status.json"
-        if status.is_file() and json.loads(status.read_text()).get("state") == "finished":
+        done = status.is_file() and json.loads(status.read_text()).get("state") == "finished"
+        if done or (unfinished and (d / "metrics.jsonl").is_file()):
             out[int(d.name.removeprefix("seed-"))] = d
     return out
 
@@ -192,23 +194,32 @@ def training_table(main: Path, found: Evaluated) -> list[str]:
 
 
 def horizon_table(main: Path, horizon: Path) -> tuple[list[str], list[str]]:
-    long = {label: {s: history(c) for s, c in cells(horizon, label).items()} for label in PAIR}
+    long = {label: {s: history(c) for s, c in cells(horizon, label, unfinished=True).items()} for label in PAIR}
     problems = []
     for label in PAIR:
         for seed, cell in cells(main, label).items():
             if seed in long[label]:
-                short, first = history(cell), long[label][seed][:8]
+                first = long[label][seed][:8]  # a cell still running may have fewer
+                short = history(cell)[:len(first)]
                 if [(r["test_accuracy"], r["train_loss"]) for r in short] != \
                         [(r["test_accuracy"], r["train_loss"]) for r in first]:
                     problems.append(f"{label} seed {seed}")
     out = ["| round | seeds | heterofl | fedrolex | Δ heterofl − fedrolex |", "|---:|---:|---:|---:|---|"]
-    for q in HORIZON_MARKS:
+    reached = {label: {s: len(r) for s, r in long[label].items()} for label in PAIR}
+    last = min((n for per in reached.values() for n in per.values()), default=0)
+    marks = sorted({q for q in HORIZON_MARKS if q <= last} | ({last} if last and last < HORIZON_MARKS[-1] else set()))
+    for q in marks:
         per = {label: {s: accuracy_at(r, q) for s, r in long[label].items() if len(r) >= q} for label in PAIR}
         seeds = sorted(set(per["heterofl"]) & set(per["fedrolex"]))
         if not seeds:
             continue
         h, f = ({s: per[label][s] for s in seeds} for label in PAIR)
         out.append(f"| {q} | {len(seeds)} | {mean_std(h)} | {mean_std(f)} | {diff(paired(f, h))} |")
+    short = [f"{label} seed {s} at round {n}" for label in PAIR for s, n in sorted(reached[label].items())
+             if n < HORIZON_MARKS[-1]]
+    if short:
+        out += ["", f"Not finished (the table stops at the last round every cell reached): {', '.join(short)}; "
+                    f"finish with `{sweep_command(horizon)}` (a cell cut short starts over)."]
     return out, problems
 
 

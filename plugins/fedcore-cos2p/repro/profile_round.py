@@ -9,6 +9,15 @@ is timed only: the CPU seconds of each round are ``time.process_time`` differenc
 round) with cProfile on CPU time (``time.process_time``, so other processes' load does not enter). The FLOPs are the
 history's ``virtual_flops`` (the clock's count of what each share trained, from the cost model), so GFLOP/s =
 FLOPs / CPU seconds. Writes ``timing.json`` and one ``.prof`` and ``.txt`` per profiled round under ``--out``.
+
+The CPU hours of the README's sweeps at full §6 scale, from that timing and the scaled sweeps' recorded FLOPs:
+
+    python repro/profile_round.py --estimate runs/cos2p-spec-scale-timing/timing.json runs/cos2p-sweep \
+        runs/cos2p-schedule-sweep
+
+Every scaled cell's FLOPs per mask round and per weight round (its history's ``virtual_flops``) times the §6/scaled
+ratio of training samples, over §6's Q = 40 rounds with Q̂ = 8 mask rounds (Co-S2P(Async.): 5x its merges), divided
+by the achieved FLOP/s of that phase in the §6 timing: what a cell costs if CPU time follows the FLOPs.
 """
 from __future__ import annotations
 
@@ -22,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from fedcore.experiment import prepare, run_experiment
+from fedcore.experiment import load_config, prepare, run_experiment
 
 TORCH_FILES = ("/torch/", "<built-in method torch.", "{built-in method torch.", "{method '", "<method '")
 
@@ -73,14 +82,56 @@ def torch_share(prof_path: Path) -> dict[str, float]:
     return {"total_s": total, "torch_s": inside, **{f"{k}_s": v for k, v in sorted(by_home.items())}}
 
 
+SPEC_ROUNDS, SPEC_MASK_ROUNDS, SPEC_SAMPLES = 40, 8, 8000  # spec 004 §6 (repro/cos2p_spec_scale.toml)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def estimate(timing: Path, sweeps: list[Path]) -> dict[str, Any]:
+    """CPU hours of every cell of ``sweeps`` at §6 scale (see the module docstring)."""
+    report = json.loads(timing.read_text())
+    rate = {phase: sum(r["flops"] for r in report["timed"][1:] if r["phase"] == phase)
+            / sum(r["cpu_s"] for r in report["timed"][1:] if r["phase"] == phase) for phase in ("mask", "weight")}
+    out: dict[str, Any] = {"flop_per_cpu_s": rate, "sweeps": {}}
+    for sweep in sweeps:
+        total_s, cells = 0.0, 0
+        for metrics in sorted(sweep.glob("*/seed-*/metrics.jsonl")):
+            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+            cfg = load_config(metrics.parent / "config.toml")
+            split = cfg["pipeline"]["split"]
+            learned = split.get("width", "learned") == "learned" and split.get("random_masks", "none") != "both"
+            mask_q = int(split.get("mask_rounds", 8)) if learned else 0
+            mask = [float(r["virtual_flops"]) for r in rows[:mask_q]]
+            weight = [float(r["virtual_flops"]) for r in rows[mask_q:]]
+            scale = SPEC_SAMPLES / int(cfg["dataset"]["n"])
+            if cfg["pipeline"]["schedule"].get("arrivals") == 1:  # Co-S2P(Async.)'s merges: 5x them, as 40/8 rounds
+                seconds = scale * (SPEC_ROUNDS / 8) * (sum(mask) / rate["mask"] + sum(weight) / rate["weight"])
+            else:
+                spec_mask = SPEC_MASK_ROUNDS if mask else 0
+                seconds = scale * (spec_mask * _mean(mask) / rate["mask"]
+                                   + (SPEC_ROUNDS - spec_mask) * _mean(weight) / rate["weight"])
+            total_s, cells = total_s + seconds, cells + 1
+        out["sweeps"][str(sweep)] = {"cells": cells, "cpu_hours": total_s / 3600}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config")
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("config", nargs="?")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--estimate", nargs="+", type=Path, metavar=("TIMING_JSON", "SWEEP"),
+                    help="CPU hours of these scaled sweeps at §6 scale, from a timing.json")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mask-rounds", type=int, default=2)
     ap.add_argument("--no-profile", action="store_true", help="the timed run only")
     args = ap.parse_args(argv)
+    if args.estimate:
+        json.dump(estimate(args.estimate[0], args.estimate[1:]), sys.stdout, indent=1)
+        return 0
+    if args.config is None or args.out is None:
+        ap.error("give CONFIG and --out (or --estimate TIMING_JSON SWEEP...)")
     if args.out.exists():
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)
