@@ -145,7 +145,7 @@ def per_seed_line(title: str, cells: Mapping[str, Mapping[int, float]]) -> str:
     seeds = sorted({s for values in cells.values() for s in values})
     return (f"{title} per seed ({' / '.join(map(str, seeds))}), %: " + "; ".join(
         f"{name} " + " / ".join(f"{v * 100:.1f}" for _, v in sorted(values.items()))
-        for name, values in cells.items()) + ".")
+        for name, values in cells.items() if values) + ".")
 
 
 def e3_block(main: SweepStatistics, e3: SweepStatistics) -> list[str]:
