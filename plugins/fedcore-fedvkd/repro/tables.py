@@ -238,6 +238,15 @@ def plot(stats: SweepStatistics, path: Path) -> None:
     plt.close(fig)
 
 
+def seeds_of(sweep: Path) -> str:
+    """``"N seeds"`` of a sweep's listing and what the paired tests can reach with them."""
+    if not sweep.exists():
+        return "not run"
+    k = len(read_listing(sweep)["seeds"])
+    return (f"{k} seeds; Δ = mean per-seed difference with the paired t and Wilcoxon tests (with {k} seeds the "
+            f"smallest Wilcoxon p is {2 / 2 ** k:g})")
+
+
 def results_block(sweep: Path, e3_sweep: Path, e5_sweep: Path, plots: Path, readme: Path | None,
                   argv: list[str]) -> str:
     stats = sweep_statistics(sweep, metric="test_accuracy", baseline=BASELINE)
@@ -257,9 +266,11 @@ def results_block(sweep: Path, e3_sweep: Path, e5_sweep: Path, plots: Path, read
         f"Wilcoxon p is {2 / 2 ** n:g}). Chance is 10 %.", "",
         *main_block(stats), "",
         "**E3: partition skew** (server accuracy after round 20, %, the round every sweep evaluates; relative drop = "
-        "100 (IID − p) / IID of the means):", "",
+        f"100 (IID − p) / IID of the means; p = 0.2 is the sweep above, {n} seeds; p = 0.1 and 0.5: "
+        f"{seeds_of(e3_sweep)}):", "",
         *(e3_block(stats, e3) if e3 is not None else [f"Not run ({e3_sweep} does not exist)."]), "",
-        "**E5: training-set size** (IID, server accuracy after round 20, %; N = 400 are E3's p = 0.1 cells):", "",
+        "**E5: training-set size** (IID, server accuracy after round 20, %; N = 400 are E3's p = 0.1 cells; "
+        f"{seeds_of(e5_sweep)}):", "",
         *(e5_block(e3, e5) if e3 is not None and e5 is not None else [f"Not run ({e5_sweep} does not exist)."]),
         "",
         f"![server accuracy per round, mean ± std over seeds]({rel}/fedvkd_accuracy.png)", ""])
