@@ -91,6 +91,39 @@ def test_ledger_counts_exactly_the_entries_sent():
     assert result.ledger.by_kind() == {("down", "weights"): 6 * down, ("up", "weights"): 6 * up}
 
 
+@attrs.frozen(eq=False, kw_only=True)
+class UploadingEval:
+    """An evaluation in which every client uploads ``nbytes`` (FedML's test-feature upload, kd-eval's
+    ``count_eval_traffic``): traffic booked *during* the evaluation, after the round's training traffic."""
+
+    nbytes: int = 40
+
+    @fedcore.hookimpl
+    def fedcore_evaluate(self, model, dataset, clients, states, ctx):
+        for c in clients:
+            channel = fedcore.Channel(c.id, ctx.round)
+            channel.up("eval_features", torch.zeros(self.nbytes // 4))
+            ctx.run.ledger.book(channel)
+        return {"test_accuracy": 0.0}
+
+
+def test_the_evaluations_traffic_is_in_the_row_of_the_round_that_evaluated():
+    """A row's ``bytes_up`` is everything booked for its round, the evaluation's upload included, and its
+    ``bytes_up_total`` everything booked up to and including it (the evaluation was one row late before)."""
+    result = run_tiny_pipeline([UploadingEval(nbytes=40)], rounds=3, fixture=BN, eval_every=2)
+    clients = len(result.run.clients)
+    running = 0
+    for row in result.history:
+        r = row["round"]
+        booked = result.ledger.total(round=r, direction="up")
+        evaluated = r in (1, 2)  # every 2nd round and the last
+        assert result.ledger.total(round=r, direction="up", kind="eval_features") == (40 * clients if evaluated
+                                                                                      else 0)
+        running += booked
+        assert (row["bytes_up"], row["bytes_up_total"]) == (booked, running), r
+    assert result.history[-1]["bytes_up_total"] == result.ledger.total(direction="up")
+
+
 @pytest.mark.parametrize(("mode", "reason"), [
     ("nan", "entry '1.weight' contains NaN or Inf"),
     ("inf", "entry '5.bias' contains NaN or Inf"),

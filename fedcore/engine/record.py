@@ -128,17 +128,21 @@ def aggregate(parts: EngineParts, ctx: RoundContext, closed: ClosedRound, *, run
         record["round_failed"] = failure
     if fault is not None:
         record["aggregate_fault"] = fault
+    evaluated: dict[str, float] = {}
+    if server.version % parts.eval_every == 0 or server.version == run.rounds:
+        metrics = parts.hooks.fedcore_evaluate(model=server.model, dataset=run.test, clients=run.clients,
+                                                states=run.client_states, ctx=ctx)
+        evaluated = {k: float(v) for k, v in metrics.items()}
+    collected = parts.hooks.fedcore_collect_metrics(ctx=ctx)
+    # the byte columns after the evaluation: traffic it books (kd-eval's count_eval_traffic) is this round's
     new_rows = run.ledger.rows[closed.ledger_mark:]
     record["bytes_up"] = sum(r.nbytes for r in new_rows if r.direction == "up")
     record["bytes_down"] = sum(r.nbytes for r in new_rows if r.direction == "down")
     record["bytes_up_total"] = run.ledger.total(direction="up")
     record["bytes_down_total"] = run.ledger.total(direction="down")
     record.update({f"agg_{k}": float(v) for k, v in agg_metrics.items()})
-    if server.version % parts.eval_every == 0 or server.version == run.rounds:
-        metrics = parts.hooks.fedcore_evaluate(model=server.model, dataset=run.test, clients=run.clients,
-                                                states=run.client_states, ctx=ctx)
-        record.update({k: float(v) for k, v in metrics.items()})
-    record.update(parts.hooks.fedcore_collect_metrics(ctx=ctx))
+    record.update(evaluated)
+    record.update(collected)
     if parts.clock is not None:
         record.update(runtime())
         record.update(parts.clock.collect())

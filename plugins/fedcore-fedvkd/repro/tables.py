@@ -12,8 +12,10 @@ across seeds (mean ± std), the paired difference to FedAvg(ViT), the edge model
 round (ledger); then the paired comparisons that the controls are for (shared init vs independent inits, the
 frozen extractor vs both, FedVKD's edges vs FedAvg of the same edge). E3 (the second sweep, with the first's
 p = 0.2): the final round's accuracy at p = 0.1 / 0.2 / 0.5 and the relative drop from IID (E3 and E5 evaluate
-every 4th round to fit the CPU, so they compare round 20, which every sweep evaluates). E5 (the third, with the second's
-N = 400 cells): accuracy against the training-set size and the gap FedGKT - FedVKD. Writes between
+every 4th round to fit the CPU, so they compare round 20, which every sweep evaluates), each row's drop paired by
+seed, the methods paired at each p and the per-seed relative drops of FedVKD against each other method. E5 (the
+third, with the second's N = 400 cells): accuracy against the training-set size, the gap FedGKT - FedVKD paired
+by seed at every N, and its change from N = 200 to 800 paired by seed. Writes between
 ``<!-- generated:fedvkd-results -->`` and ``<!-- /generated:fedvkd-results -->`` and the plot under
 ``results/fedvkd-results/`` next to the README.
 """
@@ -42,11 +44,13 @@ from fedcore.experiment import (
 TAG = "fedvkd-results"
 NAMES = {"fedavg-vit": "FedAvg (ViT)", "fedvkd": "FedVKD (ViT), independent inits (paper)",
          "fedvkd-shared": "FedVKD, shared init (A18)", "fedvkd-frozen": "control: FedVKD, frozen shared extractor",
-         "fedgkt": "FedGKT (CNN)", "fedavg-edge": "FedAvg (edge ResNet-18)"}
+         "fedgkt": "FedGKT (CNN)", "fedgkt-shared": "FedGKT, shared init (A18)",
+         "fedavg-edge": "FedAvg (edge ResNet-18)"}
 PAPER_TABLE1 = {"fedvkd": 69.93, "fedavg-vit": 68.10, "fedgkt": 85.17}  # FedVKD Table 1, CIFAR-10 non-IID (%)
 BASELINE = "fedavg-vit"
 PAIRS = [("fedvkd-shared", "fedvkd"), ("fedvkd-frozen", "fedvkd-shared"), ("fedvkd-frozen", "fedvkd"),
-         ("fedgkt", "fedvkd"), ("fedgkt", "fedvkd-shared")]
+         ("fedgkt", "fedvkd"), ("fedgkt", "fedvkd-shared"), ("fedgkt-shared", "fedgkt"),
+         ("fedgkt-shared", "fedvkd-shared")]
 E3_ROWS = ("fedvkd-shared", "fedgkt", "fedavg-vit")
 E5_ROWS = ("fedvkd-shared", "fedgkt")
 
@@ -116,11 +120,11 @@ def main_block(stats: SweepStatistics) -> list[str]:
                      f"| {edge_acc if v != BASELINE else '—'} | {bytes_per_round(stats.runs.get(v, []))} |")
     lines += ["", "| comparison (paired by seed, best round, points) | Δ |", "|---|---|"]
     for other, base in PAIRS:
-        if other in acc and base in acc:
+        if acc.get(other) and acc.get(base):
             lines.append(f"| {NAMES[other]} − {NAMES[base]} | {versus(paired(acc[base], acc[other]))} |")
     if "fedavg-edge" in acc:
-        for v in ("fedvkd", "fedvkd-shared", "fedgkt"):
-            if v in edge:
+        for v in ("fedvkd", "fedvkd-shared", "fedgkt", "fedgkt-shared"):
+            if edge.get(v):
                 lines.append(f"| E2: {NAMES[v]}'s edge models − FedAvg (edge ResNet-18) | "
                              f"{versus(paired(acc['fedavg-edge'], edge[v]))} |")
     seeds = sorted({s for values in acc.values() for s in values})
@@ -131,6 +135,19 @@ def main_block(stats: SweepStatistics) -> list[str]:
     return lines + (["", missing] if missing else [])
 
 
+def relative_drops(iid: Mapping[int, float], skewed: Mapping[int, float]) -> dict[int, float]:
+    """seed -> (IID - skewed) / IID of that seed's two cells (the fraction of its IID accuracy it loses)."""
+    return {s: (iid[s] - skewed[s]) / iid[s] for s in sorted(set(iid) & set(skewed)) if iid[s] > 0}
+
+
+def per_seed_line(title: str, cells: Mapping[str, Mapping[int, float]]) -> str:
+    """``title`` and every cell's per-seed values (%), in seed order."""
+    seeds = sorted({s for values in cells.values() for s in values})
+    return (f"{title} per seed ({' / '.join(map(str, seeds))}), %: " + "; ".join(
+        f"{name} " + " / ".join(f"{v * 100:.1f}" for _, v in sorted(values.items()))
+        for name, values in cells.items() if values) + ".")
+
+
 def e3_block(main: SweepStatistics, e3: SweepStatistics) -> list[str]:
     parts = ("p=0.1", "p=0.2", "p=0.5")
 
@@ -139,15 +156,32 @@ def e3_block(main: SweepStatistics, e3: SweepStatistics) -> list[str]:
             return per_seed_final(main, v, "test_accuracy")
         return per_seed_final(e3, f"{v} {part}", "test_accuracy")
 
+    cells = {v: {part: acc(v, part) for part in parts} for v in E3_ROWS}
     lines = ["| row | IID (p = 0.1) | non-IID (p = 0.2) | stress (p = 0.5) | relative drop 0.1 → 0.2 | "
              "relative drop 0.1 → 0.5 |", "|---|---|---|---|---|---|"]
     for v in E3_ROWS:
-        cells = {part: acc(v, part) for part in parts}
-        means = {part: spread(list(c.values())).mean if c else None for part, c in cells.items()}
+        means = {part: spread(list(c.values())).mean if c else None for part, c in cells[v].items()}
         iid = means["p=0.1"]
         drops = ["—" if iid in (None, 0) or means[p] is None else f"{100 * (iid - means[p]) / iid:.1f} %"
                  for p in ("p=0.2", "p=0.5")]
-        lines.append(f"| {NAMES[v]} | " + " | ".join(pct(cells[p]) for p in parts) + " | " + " | ".join(drops) + " |")
+        lines.append(f"| {NAMES[v]} | " + " | ".join(pct(cells[v][p]) for p in parts) + " | " + " | ".join(drops)
+                     + " |")
+    lines += ["", "| comparison (paired by seed, round 20) | Δ |", "|---|---|"]
+    for v in E3_ROWS:
+        for part in ("p=0.2", "p=0.5"):
+            lines.append(f"| {NAMES[v]}: {part.replace('=', ' = ')} − IID (points) | "
+                         f"{versus(paired(cells[v]['p=0.1'], cells[v][part]))} |")
+    first, others = E3_ROWS[0], E3_ROWS[1:]
+    for part in ("p=0.1", "p=0.5"):
+        for v in others:
+            lines.append(f"| at {part.replace('=', ' = ')}: {NAMES[first]} − {NAMES[v]} (points) | "
+                         f"{versus(paired(cells[v][part], cells[first][part]))} |")
+    for v in others:  # the E3 question: does FedVKD lose a smaller fraction of its IID accuracy?
+        lines.append(f"| relative drop 0.1 → 0.5, {NAMES[first]} − {NAMES[v]} (per-seed drops, % of IID) | "
+                     + versus(paired(relative_drops(cells[v]["p=0.1"], cells[v]["p=0.5"]),
+                                     relative_drops(cells[first]["p=0.1"], cells[first]["p=0.5"]))) + " |")
+    lines += ["", per_seed_line("Round-20 server accuracy at p = 0.1 and 0.5", {
+        f"{NAMES[v]} at {part.replace('=', ' = ')}": cells[v][part] for v in E3_ROWS for part in ("p=0.1", "p=0.5")})]
     missing = not_finished(e3)
     return lines + (["", missing] if missing else [])
 
@@ -159,11 +193,19 @@ def e5_block(e3: SweepStatistics, e5: SweepStatistics) -> list[str]:
         label = f"{v} p=0.1" if size == "n=400" else f"{v} {size}"
         return per_seed_final(e3 if size == "n=400" else e5, label, "test_accuracy")
 
-    lines = ["| row | N = 200 | N = 400 | N = 800 |", "|---|---|---|---|"]
+    def gap(size: str) -> dict[int, float]:
+        vkd, gkt = acc("fedvkd-shared", size), acc("fedgkt", size)
+        return {s: gkt[s] - vkd[s] for s in sorted(set(vkd) & set(gkt))}
+
+    lines = ["| row | N = 200 | N = 400 | N = 800 | N = 800 − N = 200 (paired, points) |", "|---|---|---|---|---|"]
     for v in E5_ROWS:
-        lines.append(f"| {NAMES[v]} | " + " | ".join(pct(acc(v, n)) for n in sizes) + " |")
+        lines.append(f"| {NAMES[v]} | " + " | ".join(pct(acc(v, n)) for n in sizes) + " | "
+                     + versus(paired(acc(v, "n=200"), acc(v, "n=800"))) + " |")
     lines.append("| gap FedGKT − FedVKD (shared init), paired | " + " | ".join(
-        versus(paired(acc("fedvkd-shared", n), acc("fedgkt", n))) for n in sizes) + " |")
+        versus(paired(acc("fedvkd-shared", n), acc("fedgkt", n))) for n in sizes) + " | "
+        + versus(paired(gap("n=200"), gap("n=800"))) + " |")
+    lines += ["", per_seed_line("Round-20 server accuracy at N = 200 and 800", {
+        f"{NAMES[v]} at N = {n[2:]}": acc(v, n) for v in E5_ROWS for n in ("n=200", "n=800")})]
     missing = not_finished(e5)
     return lines + (["", missing] if missing else [])
 
@@ -196,6 +238,15 @@ def plot(stats: SweepStatistics, path: Path) -> None:
     plt.close(fig)
 
 
+def seeds_of(sweep: Path) -> str:
+    """``"N seeds"`` of a sweep's listing and what the paired tests can reach with them."""
+    if not sweep.exists():
+        return "not run"
+    k = len(read_listing(sweep)["seeds"])
+    return (f"{k} seeds; Δ = mean per-seed difference with the paired t and Wilcoxon tests (with {k} seeds the "
+            f"smallest Wilcoxon p is {2 / 2 ** k:g})")
+
+
 def results_block(sweep: Path, e3_sweep: Path, e5_sweep: Path, plots: Path, readme: Path | None,
                   argv: list[str]) -> str:
     stats = sweep_statistics(sweep, metric="test_accuracy", baseline=BASELINE)
@@ -215,9 +266,11 @@ def results_block(sweep: Path, e3_sweep: Path, e5_sweep: Path, plots: Path, read
         f"Wilcoxon p is {2 / 2 ** n:g}). Chance is 10 %.", "",
         *main_block(stats), "",
         "**E3: partition skew** (server accuracy after round 20, %, the round every sweep evaluates; relative drop = "
-        "100 (IID − p) / IID of the means):", "",
+        f"100 (IID − p) / IID of the means; p = 0.2 is the sweep above, {n} seeds; p = 0.1 and 0.5: "
+        f"{seeds_of(e3_sweep)}):", "",
         *(e3_block(stats, e3) if e3 is not None else [f"Not run ({e3_sweep} does not exist)."]), "",
-        "**E5: training-set size** (IID, server accuracy after round 20, %; N = 400 are E3's p = 0.1 cells):", "",
+        "**E5: training-set size** (IID, server accuracy after round 20, %; N = 400 are E3's p = 0.1 cells; "
+        f"{seeds_of(e5_sweep)}):", "",
         *(e5_block(e3, e5) if e3 is not None and e5 is not None else [f"Not run ({e5_sweep} does not exist)."]),
         "",
         f"![server accuracy per round, mean ± std over seeds]({rel}/fedvkd_accuracy.png)", ""])

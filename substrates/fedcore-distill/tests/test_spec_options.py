@@ -188,6 +188,10 @@ def test_count_eval_traffic_books_every_clients_test_features():
         assert counted.history.rows[r]["eval_bytes_up"] == CLIENTS * N_TEST * (FEATURE_FLOATS * 4 + 8)
         training = {k: v for k, v in kinds.items() if not k[1].startswith("eval_")}
         assert training == plain.ledger.by_kind(round=r)  # nothing else changes
+        row = counted.history.rows[r]  # the round that evaluated carries the upload (it was one row late)
+        assert row["bytes_up"] == counted.ledger.total(round=r, direction="up") == (
+            plain.history.rows[r]["bytes_up"] + row["eval_bytes_up"])
+        assert row["bytes_up_total"] == sum(counted.ledger.total(round=k, direction="up") for k in range(r + 1))
     assert not any(k[1].startswith("eval_") for k in plain.ledger.by_kind())
     assert "eval_bytes_up" not in plain.history.rows[-1]
     assert [r["test_accuracy"] for r in counted.history.rows] == [r["test_accuracy"] for r in plain.history.rows]
