@@ -151,6 +151,31 @@ def test_resume_gives_the_same_history_model_and_plugin_state(tmp_path):
     assert len(list_checkpoints(tmp_path)) == 2  # keep=2
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_durable_checkpoints_fsync_and_the_others_resume_the_same(tmp_path, monkeypatch, durable):
+    """``durable=False`` (the contract checks' resumes) writes the same checkpoints and journals without an fsync;
+    the default fsyncs every file it writes and the folder."""
+    import os
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    full = engine().run()
+    first = engine(Checkpointer(tmp_path, every=1, durable=durable))
+
+    def crash(record):
+        if record["round"] == 2:
+            raise Stop
+
+    first.on_round = crash
+    with pytest.raises(Stop):
+        first.run()
+    assert (len(synced) >= 6 * 2) if durable else not synced  # per checkpoint: 3 files, 2 journals, the folder
+    resumed = engine(Checkpointer(tmp_path, every=1, resume=True, durable=durable)).run()
+    assert resumed.history.comparable() == full.history.comparable()
+    assert bool(synced) == durable
+
+
 def test_resume_of_an_asynchronous_run_with_updates_in_flight(tmp_path):
     from fedcore.runtime import SimClock
 

@@ -27,7 +27,8 @@ The convention (also stated at the top of docs/plugins.md):
   skipped with that reason (``-ra`` prints the reasons).
 
 ``test_hooks_md_plugin_installs_and_runs`` builds a distribution from exactly the blocks of docs/hooks.md whose
-first line names a file, pip-installs it into a scratch directory and runs the page's usage block by name.
+first line names a file, pip-installs it into a scratch directory and runs the page's usage block by name (in this
+process, with that directory on ``sys.path``).
 """
 from __future__ import annotations
 
@@ -444,8 +445,32 @@ print(json.dumps({
 """
 
 
+@contextlib.contextmanager
+def installed_at(target: Path) -> Iterator[None]:
+    """``target`` (a ``pip install --target`` folder) on ``sys.path`` for the block, as ``PYTHONPATH`` would put it
+    for a new interpreter: its entry points are found by fedcore's plugin discovery; everything it imported and the
+    catalogue that named it are forgotten after."""
+    import fedcore
+
+    before = set(sys.modules)
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    fedcore.plugins.refresh()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(target))
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] == "fedcore_clipping":
+                del sys.modules[name]
+        importlib.invalidate_caches()
+        fedcore.plugins.refresh()
+
+
 @pytest.mark.integration
 def test_hooks_md_plugin_installs_and_runs(tmp_path: Path) -> None:
+    """The page's files, pip-installed (a child pip, the point), then its usage block run by name in this process
+    with the install folder on the path (what ``PYTHONPATH`` gives a new interpreter; no second torch start-up)."""
     page = "docs/hooks.md"
     files = [b for b in blocks(page) if b.names_file]
     names = sorted(b.names_file for b in files)
@@ -461,11 +486,20 @@ def test_hooks_md_plugin_installs_and_runs(tmp_path: Path) -> None:
     assert install.returncode == 0, install.stderr
     usage = [b for b in blocks(page) if b.lang == "python" and "clipped-mean" in b.text and not b.names_file]
     assert len(usage) == 1, "docs/hooks.md: expected one usage block naming clipped-mean"
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    job = subprocess.run([sys.executable, "-c", "import torch; torch.set_num_threads(1)\n" + usage[0].text + CHECK],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert job.returncode == 0, job.stderr
-    out = json.loads(job.stdout.strip().splitlines()[-1])
+    import fedcore
+
+    assert "clipped-mean" not in fedcore.plugins.registry().names(), "found before it was installed"
+    out_text = io.StringIO()
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        with installed_at(target), quiet_torch_state(), contextlib.redirect_stdout(out_text):
+            exec(compile(usage[0].text + CHECK, str(ROOT / page), "exec"),  # noqa: S102 (running the docs)
+                 {"__name__": "docs:hooks-usage", "torch": torch})
+    finally:
+        os.chdir(cwd)
+    assert "clipped-mean" not in fedcore.plugins.registry().names(), "the test plugin stayed registered"
+    out = json.loads(out_text.getvalue().strip().splitlines()[-1])
     assert out["plugin"].startswith(str(target))            # the installed copy, not a file of the checkout
     assert out["listed"] == ["fedcore-clipping"]
     assert len(out["clipped"]) == 3 and all(0.0 <= c <= 1.0 for c in out["clipped"])

@@ -273,3 +273,36 @@ def test_a_pipeline_runs_exactly_what_it_is_given():
     assert classes == {"fedcore"}
     assert len(pipe.plugin_manager.get_plugins()) == 8  # five given + the default select, cohort and evaluate
     assert torch.is_tensor(run_tiny_pipeline(pipe.components[:5], rounds=1).model.state_dict()["1.weight"])
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class Unmarked:
+    """A method with a hook's name but no ``@fedcore.hookimpl``: pluggy ignores it."""
+
+    log: list = attrs.field(factory=list)
+
+    def fedcore_round_end(self, record):
+        self.log.append("unmarked")
+
+
+def test_hook_markers_read_once_a_class_still_follow_a_patched_class(monkeypatch):
+    """Pipelines read each component class's hook markers once (a cache): a class attribute patched afterwards
+    (here an unmarked method replaced by a marked one), or a hook that an instance carries in its own ``__dict__``,
+    is still read afresh by the next pipeline."""
+    log: list = []
+    run_tiny_pipeline([Unmarked(log=log)], rounds=1)  # no hook; the class's (empty) markers are now cached
+
+    @fedcore.hookimpl
+    def patched(self, record):
+        self.log.append("patched")
+
+    monkeypatch.setattr(Unmarked, "fedcore_round_end", patched)
+    run_tiny_pipeline([Unmarked(log=log)], rounds=1)
+
+    class Plain:
+        """No hook on the class; one on the instance."""
+
+    own = Plain()
+    own.fedcore_round_end = fedcore.hookimpl(lambda record: log.append("instance"))
+    run_tiny_pipeline([own], rounds=1)
+    assert log == ["patched", "instance"]

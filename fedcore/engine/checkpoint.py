@@ -267,7 +267,8 @@ class Checkpointer:
     """
 
     def __init__(self, root: str | Path, *, every: int = 1, keep: int = 2, resume: bool = False,
-                 report: Callable[[str], None] | None = None, model: torch.nn.Module | None = None) -> None:
+                 report: Callable[[str], None] | None = None, model: torch.nn.Module | None = None,
+                 durable: bool = True) -> None:
         if every < 0:
             raise ValueError(f"checkpoint every={every}; must be >= 0 (0 = never)")
         if keep < 1:
@@ -276,7 +277,8 @@ class Checkpointer:
         self.every, self.keep, self.resume = every, keep, resume
         self.report = report or (lambda line: log.warning("%s", line))
         self.model = model  # checkpoints are checked against it before one is chosen (content_problem)
-        self.journals = {key: Journal(self.root / name) for key, name in JOURNALS.items()}
+        self.durable = durable  # False: no fsync (contract checks of resuming; fedcore.testing.resume)
+        self.journals = {key: Journal(self.root / name, durable=durable) for key, name in JOURNALS.items()}
         self._loaded: tuple[Path | None, dict | None, dict | None] | None = None
         self._pending_model: dict | None = None
         for leftover in self.root.glob(".tmp-round-*") if self.root.is_dir() else ():
@@ -335,7 +337,7 @@ class Checkpointer:
         if self.journals:  # the journals first: a checkpoint never refers past them
             state["history_journal"] = self.journals["history"].append(history.rows)
             state["ledger_journal"] = self.journals["ledger"].append(run.ledger.rows, attrs.asdict)
-        path = write_checkpoint(self.root, state, tensors)
+        path = write_checkpoint(self.root, state, tensors, durable=self.durable)
         for old in list_checkpoints(self.root)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return path

@@ -74,11 +74,15 @@ class Outcome:
 
 
 def learning_config(recipe: str) -> dict[str, Any]:
-    """The experiment config of ``recipe``'s learning check (seed 0, one thread)."""
+    """The experiment config of ``recipe``'s learning check (seed 0, one thread). The check reads only the final
+    round's accuracy, so the test set is scored once, after the last round (``eval_every = rounds``; the engine
+    always evaluates the last round): evaluating draws no training randomness, so the final accuracy is the one an
+    every-round run reaches, without a test-set pass per round (unless the recipe's setup sets ``eval_every``)."""
     r = get_recipe(recipe)
     settings = r.learning_settings()
     setup = r.learning_config()
-    return {"name": f"learning-{recipe}", "seed": 0, "rounds": int(settings["rounds"]), "threads": 1,
+    rounds = int(settings["rounds"])
+    return {"name": f"learning-{recipe}", "seed": 0, "rounds": rounds, "eval_every": rounds, "threads": 1,
             "recipe": recipe, **setup}
 
 

@@ -19,13 +19,13 @@ MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 16, "de
 # merged model needs about 20 rounds to clear chance + 10 points (5 clear it only when every arrival is merged).
 RECIPES: dict[str, Recipe] = {
     "co-s2p": Recipe(slots={**_SLOTS, "schedule": {"name": "semi-async", "mu": 0.5, "t_clk": 0.0}},
-                     test_setup=MICRO_VIT, learning={"rounds": 20},
+                     test_setup=MICRO_VIT, learning={"rounds": 10},
                      help="Co-S2P (Li et al.): learned structured submodels on a rolling depth window, "
                           "self-distilled exits, semi-asynchronous Eq. 4/5 merge"),
     "co-s2p-async": Recipe(slots={**_SLOTS, "schedule": {"name": "semi-async", "arrivals": 1, "t_clk": 0.0}},
                            test_setup=MICRO_VIT,
                            help="Co-S2P(Async.): the same, aggregating every arrival (mu = 1/N, T_clk = 0)"),
     "co-s2p-sync": Recipe(slots={**_SLOTS, "schedule": {"name": "uniform", "fraction": 1.0}}, test_setup=MICRO_VIT,
-                          learning={"rounds": 20},
+                          learning={"rounds": 10},
                           help="Co-S2P with synchronous rounds (every client, wait for all): the ablation"),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 import contextlib
+import functools
 import logging
 import math
 
@@ -64,7 +65,14 @@ def epsilon(events: Iterable[Event], delta: float, accountant: str = "rdp") -> f
     """
     if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant={accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
-    events = [e for e in compress(events) if e.count > 0 and e.q > 0]
+    return _epsilon(tuple(e for e in compress(events) if e.count > 0 and e.q > 0), float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon(events: tuple[Event, ...], delta: float, accountant: str) -> float:
+    """:func:`epsilon` of compressed events, remembered: every client of a run with the same history (the same
+    rate, noise and step count), and a client not sampled since, asks for the same ε each round, and an RDP
+    evaluation over the fractional orders is ~0.1 s of pure Python."""
     if not events:
         return 0.0
     if any(e.z <= 0 for e in events):

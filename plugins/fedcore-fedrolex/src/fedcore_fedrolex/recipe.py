@@ -15,4 +15,4 @@ FEDROLEX = Recipe(
     slots={"split": {"name": "submodel-share", "rule": "rolling"}, "local_update": "submodel-train",
            "aggregate": {"name": "masked-delta", "weighting": "uniform"}},
     help="FedRolex: rolling width-submodels per client budget, element-wise averaged (Alam et al. 2022)",
-    test_setup=MICRO_VIT, learning={"rounds": 20})
+    test_setup=MICRO_VIT, learning={"rounds": 12})

@@ -19,13 +19,14 @@ MICRO_VIT: dict[str, Any] = {"model": {"name": "micro-vit", "embed_dim": 32, "de
 
 _LEARNING: dict[str, Any] = {"rounds": 20, "setup": {"pipeline": {"local_update": {"lr": 0.05}}}}
 """The learning check's setup for the recipes that train a few tensors (BitFit's biases, fixed-rank LoRA): SGD 0.05
-for 20 rounds (at 10 rounds of the 256-sample micro setup fedbit stays at the majority class)."""
+for 20 rounds (at 10 rounds of the 256-sample micro setup fedbit stays at the majority class); fixed-rank FedLoRA
+is at 96.9 % after 8 (87.5-100 % from round 4 to 20), so it runs 8."""
 
 RECIPES: dict[str, Recipe] = {
     "sa-fedlora": Recipe(slots=_LORA, plugins=("sa-fedlora-plan",), test_setup=MICRO_VIT,
                          help="SA-FedLoRA (Yang et al. 2024): proximal full-model stage, then LoRA, annealed rank"),
     "fedlora": Recipe(slots=_LORA, plugins=({"name": "sa-fedlora-plan", "t1_rounds": 0, "r_a": 0, "r_b": 0},),
-                      test_setup=MICRO_VIT, learning=_LEARNING,
+                      test_setup=MICRO_VIT, learning={**_LEARNING, "rounds": 8},
                       help="fixed-rank FedLoRA (SA-FedLoRA ablation M1): LoRA factors at r = model.lora.r (8 if "
                            "not given) from round 0"),
     "fedfft": Recipe(slots=_FULL, test_setup=MICRO_VIT,

@@ -205,7 +205,8 @@ CLIP pre-trained for 200 steps on captioned shapes (built once, ~1.5 CPU minutes
 :data:`LEARNING_CLASSES` under :data:`UNSEEN_NAMES`, 8 shots a class, 120 test images, an 8-vector context, 5 local
 epochs at SGD 0.003. Scaled from the thesis (CLIP ViT-B/16, 16 context vectors, real class names)."""
 
-LEARNING: dict[str, Any] = {"rounds": 20, "margin": 0.3, "control": True, "setup": LEARNING_SETUP}
-"""The prompt recipes' learning check: after 20 rounds the global prompt must beat both chance (1/6) and the
+LEARNING: dict[str, Any] = {"rounds": 12, "margin": 0.3, "control": True, "setup": LEARNING_SETUP}
+"""The prompt recipes' learning check: after 12 rounds the global prompt must beat both chance (1/6) and the
 untrained prompt (the same run with a no-op local update) by 30 points. (PromptAMP's global prompt, the mean of
-its clients' personalised ones, needs the 20: 42.5 % after 10 rounds.)"""
+its clients' personalised ones, needs the 12: 42.5 % after 10 rounds, 87.5 % after 12; every prompt recipe is
+67-88 % at 12 rounds and stays above the 46.7 % bar through round 20, as it was checked until issue 30.)"""
