@@ -21,16 +21,25 @@ class Cycle:
 
 @pytest.fixture
 def clean_collector():
+    """A collector with nothing frozen: the suite's conftest.py freezes what collection built, so that is thawed
+    for the test and frozen again after it (with whatever the test froze)."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
     assert gc.isenabled() and gc.get_freeze_count() == 0
     yield
-    gc.unfreeze()  # whatever a test froze goes back to the collector (nothing else in this process is frozen)
+    gc.unfreeze()
     gc.enable()
+    if frozen:
+        gc.freeze()
 
 
-def test_importing_fedcore_outside_a_command_left_the_collector_alone():
-    # pytest imported fedcore before this test ran; sys.argv[0] is pytest's
+def test_importing_fedcore_outside_a_command_left_the_collector_alone(clean_collector):
+    # pytest imported fedcore before this test ran; sys.argv[0] is pytest's, so fedcore's imports ran unfrozen
     assert not _collector.command_process()
+    with _collector.frozen_imports(_collector.command_process()):
+        made = [Cycle() for _ in range(100)]
     assert gc.isenabled() and gc.get_freeze_count() == 0
+    del made
 
 
 @pytest.mark.parametrize("argv0, orig, command", [
