@@ -104,10 +104,14 @@ class Placement:
         return self.device == "cpu" and self.precision == "fp32"
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """Mixed precision for client training (``torch.autocast``); a no-op context in fp32."""
+        """Mixed precision for client training (``torch.autocast``); a no-op context in fp32.
+
+        Without autocast's weight cache: the context spans a client's whole training, many optimiser steps, and the
+        cache would keep serving the half-precision copies of the weights the first forward made; every later step
+        would compute with the weights the client started from (the first GPU run's bf16 runs did not learn)."""
         if self.precision == "fp32":
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.torch_device.type, dtype=_DTYPES[self.precision])
+        return torch.autocast(device_type=self.torch_device.type, dtype=_DTYPES[self.precision], cache_enabled=False)
 
     def grad_scaler(self) -> torch.amp.GradScaler | None:
         """A loss scaler for fp16 (float16 gradients underflow without one); ``None`` otherwise."""

@@ -1,5 +1,5 @@
-"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder, and
-:func:`heavy_imports` (registering a plugin imports no heavy library).
+"""Test helpers for fedcore components: contract checks, check plans, tiny fixtures, a hook recorder, the device
+audit, and :func:`heavy_imports` (registering a plugin imports no heavy library).
 
 A plain library, not an auto-loaded pytest plugin: import what you need in your plugin's tests.
 """
@@ -14,6 +14,7 @@ from fedcore.testing.contracts import (
     checks_for,
     parametrize_with_checks,
 )
+from fedcore.testing.device_audit import DefaultDeviceAudit, DeviceMixError
 from fedcore.testing.executor import (
     EXECUTOR_CHECKS,
     check_executor_gives_inline_history,
@@ -36,6 +37,7 @@ from fedcore.testing.plans import CheckPlan, parametrize_registered, plan_for
 
 __all__ = [
     "AdvisoryCheckWarning", "CHECK_FIXTURE", "COHORT_CHECKS", "CheckPlan", "ContractCheckError", "ContractFixture",
+    "DefaultDeviceAudit", "DeviceMixError",
     "EXECUTOR_CHECKS", "GENERIC_CHECKS",
     "HEAVY_LIBRARIES", "HookRecorder", "SLOT_CHECKS", "StaleExpectedFailureWarning", "build_engine",
     "check_executor_gives_inline_history", "check_hook_signatures",

@@ -24,6 +24,7 @@ from fedcore.engine.dispatch import build_job
 from fedcore.errors import ConfigError
 from fedcore.registry import slots_of
 from fedcore.testing.cohort import COHORT_CHECKS
+from fedcore.testing.device_audit import DefaultDeviceAudit
 from fedcore.testing.fixtures import CHECK_FIXTURE, ContractFixture, build_engine, round_context
 from fedcore.testing.resume import RUN_CHECKS
 from fedcore.types import ClientData, ClientUpdate
@@ -226,6 +227,18 @@ def check_aggregate_order_invariant(component: Any, fixture: ContractFixture) ->
         assert torch.allclose(a.state[k], b.state[k], atol=1e-6), f"client order changed entry {k}"
 
 
+def check_aggregate_stays_on_the_models_device(component: Any, fixture: ContractFixture) -> None:
+    """Every tensor the aggregate computes with lives where the model and the updates live: a tensor made without
+    ``device=`` meeting them passes on the CPU and breaks on a GPU (:class:`DefaultDeviceAudit` shows it here). Two
+    aggregations, so state kept from the first (moments, a previous centre) is used by the second."""
+    engine = build_engine([component], fixture)
+    model = engine.run_ctx.server.model
+    for seed in (fixture.seed, fixture.seed + 1):
+        updates = _fake_updates(model, 3, seed)
+        with DefaultDeviceAudit():
+            engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
+
+
 def check_scheduler(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     sched = engine.scheduler
@@ -258,14 +271,14 @@ SLOT_CHECKS: dict[str, list[Callable[..., None]]] = {
     "select": [check_select],
     "local_update": [check_local_update],
     "aggregate": [check_aggregate_identity, check_aggregate_does_not_mutate, check_aggregate_single_client,
-                  check_aggregate_order_invariant],
+                  check_aggregate_order_invariant, check_aggregate_stays_on_the_models_device],
     "schedule": [check_scheduler],
     "evaluate": [check_evaluate],
     "cohort": COHORT_CHECKS,
 }
 GENERIC_CHECKS: list[Check] = [check_is_frozen_attrs_with_identity, check_pickles_and_evolves, check_has_docstring,
                                check_registers_cleanly, check_hook_signatures]
-ADVISORY_FOR_THIRD_PARTIES = frozenset({"check_hook_signatures"})
+ADVISORY_FOR_THIRD_PARTIES = frozenset({"check_hook_signatures", "check_aggregate_stays_on_the_models_device"})
 """Checks added within the 0.1 line: a third party's component that fails one warns (``AdvisoryCheckWarning``)
 instead of failing, so a plugin written against an older 0.1 keeps passing its suite until 1.0."""
 

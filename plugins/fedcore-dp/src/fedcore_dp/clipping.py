@@ -27,8 +27,10 @@ def clip(delta: Tensors, clip_norm: float) -> tuple[dict[str, torch.Tensor], flo
 
 
 def gaussian_like(tensors: Tensors, std: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Independent N(0, std²) noise shaped like every floating entry of ``tensors`` (float64, name order)."""
-    return {k: torch.randn(tensors[k].shape, generator=generator, dtype=torch.float64) * std
+    """Independent N(0, std²) noise shaped like every floating entry of ``tensors`` (float64, name order), on each
+    entry's device. Drawn on the generator's device (the CPU's), then moved: the same seed gives the same noise
+    wherever the model trains."""
+    return {k: (torch.randn(tensors[k].shape, generator=generator, dtype=torch.float64) * std).to(tensors[k].device)
             for k in sorted(tensors) if tensors[k].is_floating_point()}
 
 

@@ -89,7 +89,7 @@ def averaged_change(model: nn.Module, updates: Sequence[ClientUpdate], *, weight
             keep[key] = max(holders, key=lambda h: h[1])[0].tensors[key].clone()
             continue
         total = sum(wi for _, wi, _ in holders)
-        acc = torch.zeros(first.shape, dtype=torch.float64)
+        acc = torch.zeros(first.shape, dtype=torch.float64, device=first.device)
         for u, wi, si in holders:
             acc.add_(u.tensors[key].to(torch.float64) - u.base[key].to(torch.float64), alpha=wi * si / total)
         delta[key] = acc

@@ -81,8 +81,9 @@ class ServerOptimizer:
         sq_delta, sq_move = 0.0, 0.0
         for key, delta in change.delta.items():
             m_old, v_old = m_all.get(key), v_all.get(key)
-            move, m, v = self.rule(delta, None if m_old is None else m_old.to(torch.float64),
-                                   None if v_old is None else v_old.to(torch.float64), step)
+            # moments read back from a checkpoint sit on the CPU; a resumed run may train on another device
+            move, m, v = self.rule(delta, None if m_old is None else m_old.to(delta.device, torch.float64),
+                                   None if v_old is None else v_old.to(delta.device, torch.float64), step)
             dtype = current[key].dtype
             out[key] = (current[key].to(torch.float64) + move).to(dtype)
             m_all[key] = m.to(_state_dtype(dtype))

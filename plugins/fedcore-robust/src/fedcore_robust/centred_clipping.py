@@ -36,7 +36,7 @@ def centred_clip(rows: torch.Tensor, start: torch.Tensor, tau: float, iterations
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(v_L, c)``: the clipped centre after ``iterations`` steps and the last step's row weights ``min(1, τ/d)``."""
     v = start.clone()
-    weights = torch.ones(rows.shape[0], dtype=torch.float64)
+    weights = torch.ones(rows.shape[0], dtype=torch.float64, device=rows.device)
     for _ in range(iterations):
         diff = rows - v
         norms = diff.norm(dim=1)
@@ -60,8 +60,9 @@ class CentredClipping:
                           ) -> AggregateResult:
         changes = client_changes(model, updates, "centred-clipping")
         previous = ctx.server.stash.get(CENTRE)
-        start = previous if isinstance(previous, torch.Tensor) and previous.shape == changes.rows.shape[1:] \
-            else torch.zeros(changes.rows.shape[1], dtype=torch.float64)
+        start = previous.to(changes.rows.device) if isinstance(previous, torch.Tensor) \
+            and previous.shape == changes.rows.shape[1:] \
+            else torch.zeros(changes.rows.shape[1], dtype=torch.float64, device=changes.rows.device)
         v, weights = centred_clip(changes.rows, start, self.tau, self.iterations)
         ctx.server.stash[CENTRE] = v
         state: TensorDict = applied(model, changes, v)

@@ -33,7 +33,7 @@ def krum_scores(rows: torch.Tensor, f: int) -> torch.Tensor:
     n = rows.shape[0]
     k = min(max(n - f - 2, 1), n - 1)
     if k <= 0:
-        return torch.zeros(n, dtype=torch.float64)
+        return torch.zeros(n, dtype=torch.float64, device=rows.device)
     d = squared_distances(rows)
     d.fill_diagonal_(float("inf"))
     return d.sort(dim=1).values[:, :k].sum(dim=1)

@@ -56,7 +56,7 @@ def from_tensors(tensors: Mapping[str, torch.Tensor], names: Sequence[str], bits
     unsigned, _, _ = DTYPES[bits]
     if not names:
         return np.zeros(0, dtype=np.uint64)
-    return np.concatenate([tensors[k].reshape(-1).numpy().view(unsigned).astype(np.uint64) for k in names])
+    return np.concatenate([tensors[k].reshape(-1).cpu().numpy().view(unsigned).astype(np.uint64) for k in names])
 
 
 __all__ = ["DTYPES", "dequantise_sum", "flatten", "from_tensors", "quantise", "step_size", "to_tensors"]

@@ -204,7 +204,7 @@ class SecAggPlus:
         state, at = {}, 0
         for name in names:
             size = current[name].numel()
-            change = torch.from_numpy(mean[at:at + size].copy()).reshape(current[name].shape)
+            change = torch.from_numpy(mean[at:at + size].copy()).reshape(current[name].shape).to(current[name].device)
             state[name] = (current[name].double() + change).to(current[name].dtype)
             at += size
         members = [{"client": real[pid], **{key: v for key, v in updates[order[pid]].meta.items()

@@ -188,7 +188,8 @@ class FrozenCLIP(nn.Module):
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return self.tower.token_embedding(ids).detach()
+            table = self.tower.token_embedding
+            return table(ids.to(table.weight.device)).detach()
 
     @torch.no_grad()
     def encode_image(self, x: torch.Tensor, *, normalize: bool = True) -> torch.Tensor:

@@ -81,7 +81,8 @@ def update_delta(update: ClientUpdate, global_state: Mapping[str, torch.Tensor],
                     f"has shape {tuple(update.tensors[n].shape)}, the global model {tuple(global_state[n].shape)}"
                 raise SubmodelMismatchError(f"whole-model update of client {update.client_id}: tensor {n} {where}")
         delta = {n: (update.base[n] - update.tensors[n]).to(global_state[n].dtype) for n in names}
-        return delta, {n: torch.ones(global_state[n].shape, dtype=torch.bool) for n in names}
+        return delta, {n: torch.ones(global_state[n].shape, dtype=torch.bool, device=global_state[n].device)
+                       for n in names}
     check_fits(spec, shape, update.client_id)
     outside = [n for n in names if n not in index_map(spec)]
     if outside:
