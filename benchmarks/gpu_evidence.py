@@ -152,6 +152,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines += ["```", sec["error"], *sec.get("traceback", [])[-12:], "```", ""]
         if sec.get("rows"):
             lines += [table(sec["rows"]), ""]
+        if sec.get("python"):
+            lines += ["Python functions by own time (cProfile, one round):", "", table(sec["python"]), ""]
         if sec.get("agreement"):
             lines += ["Per-client agreement of the first round "
                       "(||delta_vectorised - delta_per-job|| / ||delta_per-job||):",

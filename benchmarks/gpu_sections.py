@@ -476,6 +476,59 @@ def cifar10_cohort(setup: Setup) -> dict[str, Any]:
             "steady_rounds": rounds - 1}
 
 
+def vectorised_profile(setup: Setup) -> dict[str, Any]:
+    """Where a steady ``vectorised`` round of pfl's CIFAR-10 job spends its time (50 clients): the torch profiler's
+    heaviest operators (self CPU and self device time) and cProfile's heaviest Python functions; and the per-client
+    agreement with per-job with TF32 convolutions on (PyTorch's default) and off, without dropout, to tell the
+    arithmetic's share of a disagreement from the program's."""
+    import cProfile
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(setup.threads)
+    users, per_user, clients = (60, 20, 8) if setup.quick else (1000, 50, 50)
+    data = cifar_data(setup, users, per_user)
+    agree = []
+    before = torch.backends.cudnn.allow_tf32
+    for tf32 in (True, False):
+        torch.backends.cudnn.allow_tf32 = tf32
+        seen = {}
+        for name in ("per-job", "vectorised"):
+            rec = first_round_updates()
+            spec = {"name": "per-job"} if name == "per-job" else vectorised_spec(setup)
+            cifar_rounds(setup, data, spec, clients, users, 1, observers=[rec], dropout=False)
+            seen[name] = rec
+        agree.append({"model": f"pfl simple_cnn without dropout, TF32 convolutions {'on' if tf32 else 'off'}",
+                      "clients": clients, **agreement(seen["per-job"], seen["vectorised"])})
+    torch.backends.cudnn.allow_tf32 = before
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.cuda else [])
+    cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)  # warm-up (cuDNN's algorithm choice)
+    with profile(activities=activities) as prof:
+        cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)
+    events = prof.key_averages()
+    device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    rows = []
+    for key in ("self_cpu_time_total", device_key) if setup.cuda else ("self_cpu_time_total",):
+        for e in sorted(events, key=lambda e: -getattr(e, key))[:15]:
+            rows.append({"sorted by": key, "op": e.key[:60], "calls": e.count,
+                         "self cpu ms": round(e.self_cpu_time_total / 1e3, 2),
+                         "self device ms": round(getattr(e, device_key, 0.0) / 1e3, 2)})
+    profiler = cProfile.Profile()
+    profiler.enable()
+    round_s, wave_s = cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    python = []
+    for (file, line, func), (_, calls, tottime, cumtime, _) in sorted(stats.stats.items(),  # type: ignore[attr-defined]
+                                                                     key=lambda kv: -kv[1][2])[:20]:
+        python.append({"function": f"{Path(file).name}:{line} {func}"[:70], "calls": calls,
+                       "tottime s": round(tottime, 4), "cumtime s": round(cumtime, 4)})
+    return {"status": "ok", "rows": rows, "agreement": agree, "python": python,
+            "profiled round s (cProfile on)": round(round_s[0], 4), "wave s": round(wave_s[0], 4)}
+
+
 # -- frozen-backbone cohorts -------------------------------------------------------------------------------------
 
 
@@ -590,6 +643,7 @@ SECTIONS: dict[str, tuple[Callable[[Setup], dict[str, Any]], float, float]] = {
     "environment": (environment, 10, 5),
     "cifar10_cohort": (cifar10_cohort, 100, 120),
     "frozen_cohorts": (frozen_cohorts, 45, 40),
+    "vectorised_profile": (vectorised_profile, 30, 40),
     "recipes": (recipes, 60, 40),
     "resume": (resume, 30, 30),
     "pytest_gpu": (pytest_gpu, 75, 90),
