@@ -153,7 +153,12 @@ def markdown(results: dict[str, Any]) -> str:
         if sec.get("rows"):
             lines += [table(sec["rows"]), ""]
         if sec.get("python"):
-            lines += ["Python functions by own time (cProfile, one round):", "", table(sec["python"]), ""]
+            lines += ["Python functions (cProfile, one steady round):", "", table(sec["python"]), ""]
+        for key, value in sec.items():
+            if key.endswith("profiled round s"):
+                lines += [f"{key}: {value}", ""]
+            elif key.endswith("traceback callers") and "<-" in str(value):
+                lines += [f"{key}:", "", "```", str(value).strip(), "```", ""]
         if sec.get("agreement"):
             lines += ["Per-client agreement of the first round "
                       "(||delta_vectorised - delta_per-job|| / ||delta_per-job||):",

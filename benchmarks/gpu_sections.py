@@ -476,16 +476,50 @@ def cifar10_cohort(setup: Setup) -> dict[str, Any]:
             "steady_rounds": rounds - 1}
 
 
+def round_profiler(setup: Setup, round_index: int) -> Any:
+    """An observer that runs the torch profiler and cProfile over round ``round_index`` alone (a steady round: the
+    dataset placed, cuDNN's algorithms chosen)."""
+    import cProfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    import fedcore
+
+    @attrs.frozen(eq=False, kw_only=True)
+    class RoundProfiler:
+        torch_profile: Any = attrs.field(factory=lambda: profile(
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.cuda else [])))
+        python: cProfile.Profile = attrs.field(factory=cProfile.Profile)
+        seconds: list[float] = attrs.field(factory=list)
+
+        @fedcore.hookimpl
+        def fedcore_round_start(self, ctx: Any) -> None:
+            if ctx.round == round_index:
+                setup.sync()
+                self.seconds.append(time.perf_counter())
+                self.torch_profile.__enter__()
+                self.python.enable()
+
+        @fedcore.hookimpl
+        def fedcore_round_end(self, record: Any) -> None:
+            if len(self.seconds) == 1:
+                self.python.disable()
+                setup.sync()
+                self.torch_profile.__exit__(None, None, None)
+                self.seconds.append(time.perf_counter())
+
+    return RoundProfiler()
+
+
 def vectorised_profile(setup: Setup) -> dict[str, Any]:
     """Where a steady ``vectorised`` round of pfl's CIFAR-10 job spends its time (50 clients): the torch profiler's
-    heaviest operators (self CPU and self device time) and cProfile's heaviest Python functions; and the per-client
-    agreement with per-job with TF32 convolutions on (PyTorch's default) and off, without dropout, to tell the
-    arithmetic's share of a disagreement from the program's."""
-    import cProfile
+    heaviest operators (self CPU and self device time) and cProfile's heaviest Python functions, over the second
+    round alone; and the per-client agreement with per-job with TF32 convolutions on (PyTorch's default) and off,
+    without dropout, to tell the arithmetic's share of a disagreement from the program's."""
+    import io
     import pstats
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(setup.threads)
     users, per_user, clients = (60, 20, 8) if setup.quick else (1000, 50, 50)
@@ -503,30 +537,34 @@ def vectorised_profile(setup: Setup) -> dict[str, Any]:
         agree.append({"model": f"pfl simple_cnn without dropout, TF32 convolutions {'on' if tf32 else 'off'}",
                       "clients": clients, **agreement(seen["per-job"], seen["vectorised"])})
     torch.backends.cudnn.allow_tf32 = before
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.cuda else [])
-    cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)  # warm-up (cuDNN's algorithm choice)
-    with profile(activities=activities) as prof:
-        cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)
-    events = prof.key_averages()
-    device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
-    rows = []
-    for key in ("self_cpu_time_total", device_key) if setup.cuda else ("self_cpu_time_total",):
-        for e in sorted(events, key=lambda e: -getattr(e, key))[:15]:
-            rows.append({"sorted by": key, "op": e.key[:60], "calls": e.count,
-                         "self cpu ms": round(e.self_cpu_time_total / 1e3, 2),
-                         "self device ms": round(getattr(e, device_key, 0.0) / 1e3, 2)})
-    profiler = cProfile.Profile()
-    profiler.enable()
-    round_s, wave_s = cifar_rounds(setup, data, vectorised_spec(setup), clients, users, 1)
-    profiler.disable()
-    stats = pstats.Stats(profiler)
-    python = []
-    for (file, line, func), (_, calls, tottime, cumtime, _) in sorted(stats.stats.items(),  # type: ignore[attr-defined]
-                                                                     key=lambda kv: -kv[1][2])[:20]:
-        python.append({"function": f"{Path(file).name}:{line} {func}"[:70], "calls": calls,
-                       "tottime s": round(tottime, 4), "cumtime s": round(cumtime, 4)})
-    return {"status": "ok", "rows": rows, "agreement": agree, "python": python,
-            "profiled round s (cProfile on)": round(round_s[0], 4), "wave s": round(wave_s[0], 4)}
+    out: dict[str, Any] = {"status": "ok", "agreement": agree, "rows": [], "python": []}
+    for name in ("vectorised", "per-job"):
+        spy = round_profiler(setup, 1)
+        spec = {"name": "per-job"} if name == "per-job" else vectorised_spec(setup)
+        cifar_rounds(setup, data, spec, clients, users, 2, observers=[spy])
+        events = spy.torch_profile.key_averages()
+        device_key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") \
+            else "self_cuda_time_total"
+        for key in ("self_cpu_time_total", device_key) if setup.cuda else ("self_cpu_time_total",):
+            for e in sorted(events, key=lambda e: -getattr(e, key))[:12]:
+                out["rows"].append({"cohort": name, "sorted by": key, "op": e.key[:60], "calls": e.count,
+                                    "self cpu ms": round(e.self_cpu_time_total / 1e3, 2),
+                                    "self device ms": round(getattr(e, device_key, 0.0) / 1e3, 2)})
+        stats = pstats.Stats(spy.python)
+        items = list(stats.stats.items())  # type: ignore[attr-defined]
+        own = sorted(items, key=lambda kv: -kv[1][2])[:20]
+        ours = sorted([kv for kv in items if "/fedcore" in kv[0][0]], key=lambda kv: -kv[1][3])[:15]
+        for sort, chosen in (("own time", own), ("fedcore's, by total time", ours)):
+            for (file, line, func), (_, calls, tottime, cumtime, _) in chosen:
+                out["python"].append({"cohort": name, "sorted by": sort,
+                                      "function": f"{Path(file).name}:{line} {func}"[:70], "calls": calls,
+                                      "tottime s": round(tottime, 4), "cumtime s": round(cumtime, 4)})
+        text = io.StringIO()
+        pstats.Stats(spy.python, stream=text).sort_stats("tottime").print_callers("format_exc|extract_stack|"
+                                                                                  "format_frame_summary", 3)
+        out[f"{name} traceback callers"] = text.getvalue()[-3000:]
+        out[f"{name} profiled round s"] = round(spy.seconds[1] - spy.seconds[0], 4)
+    return out
 
 
 # -- frozen-backbone cohorts -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ old-style ``hookwrapper`` or a class passed instead of an instance are errors.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cache
+from functools import cache, cached_property
 from importlib import metadata
 import os
 import sys
@@ -217,13 +217,18 @@ class _PluginManager(pluggy.PluginManager):
     registration: ``register`` looks at every name of ``dir(component)`` with ``inspect.getattr_static`` (about
     30 ms a pipeline, as much as a tiny run's rounds). The cached answer is used only while the class still holds
     the same attribute object (a monkeypatched method is read afresh) and the instance has no attribute of that
-    name; modules and classes registered as plugins always take pluggy's own path."""
+    name; modules and classes registered as plugins always take pluggy's own path. A property is never a hook and
+    is never asked about: pluggy 1.5 and 1.6 (which fedcore supports) evaluate it with ``getattr``, and a property
+    that raises (SA-FedLoRA's ``rank_schedule`` before the model is known) broke the pipeline's construction on
+    the first GPU machine, whose pluggy was older than the development environment's 1.7."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         cls = type(plugin)
         if isinstance(plugin, type) or cls.__module__ == "builtins" or name in getattr(plugin, "__dict__", ()):
             return super().parse_hookimpl_opts(plugin, name)
         held = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), _NOT_FOUND)  # runs no descriptor
+        if isinstance(held, (property, cached_property)):  # never a hook; pluggy < 1.7 would evaluate it
+            return None
         known = _HOOK_MARKERS.get((cls, name))
         if known is not None and known[0] is held:
             return known[1]

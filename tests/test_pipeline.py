@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 import attrs
+import pluggy
 import pytest
 import torch
 
@@ -306,3 +307,28 @@ def test_hook_markers_read_once_a_class_still_follow_a_patched_class(monkeypatch
     own.fedcore_round_end = fedcore.hookimpl(lambda record: log.append("instance"))
     run_tiny_pipeline([own], rounds=1)
     assert log == ["patched", "instance"]
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class RaisingProperty:
+    """A component with a property that raises until something else is known (SA-FedLoRA's ``rank_schedule``)."""
+
+    @property
+    def not_yet(self):
+        raise ValueError("known only once the model is")
+
+
+def test_a_property_is_never_handed_to_pluggy_whose_older_versions_evaluate_it(monkeypatch):
+    """pluggy 1.5 and 1.6 (within fedcore's pin) read each attribute with ``getattr``, so a raising property broke
+    ``Pipeline(...)`` on the first GPU machine; 1.7 here reads statically and hides the bug. What pluggy is asked
+    about is watched: a property must never be among it."""
+    asked: list[str] = []
+    own = pluggy.PluginManager.parse_hookimpl_opts
+
+    def watched(self, plugin, name):
+        asked.append(name)
+        return own(self, plugin, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", watched)
+    fedcore.Pipeline([RaisingProperty()])
+    assert asked and "not_yet" not in asked

@@ -80,10 +80,15 @@ class DPSGDUpdate:
             engine = PrivacyEngine(accountant="rdp")
         module = share.module
         module.train()
+        noise = ctx.rng("dp-sgd-noise")
+        device = params[0].device if params else torch.device("cpu")
+        if device.type != "cpu":  # Opacus draws the noise on the gradients' device, from a generator of that device
+            on_device = torch.Generator(device=device)
+            on_device.manual_seed(int(torch.randint(2**62, (1,), generator=noise)))
+            noise = on_device
         hooks, dp_optimizer, dp_loader = engine.make_private(
             module=module, optimizer=optimizer, data_loader=loader, noise_multiplier=self.noise_multiplier,
-            max_grad_norm=self.max_grad_norm, poisson_sampling=True, noise_generator=ctx.rng("dp-sgd-noise"),
-            wrap_model=False)
+            max_grad_norm=self.max_grad_norm, poisson_sampling=True, noise_generator=noise, wrap_model=False)
         total, seen = 0.0, 0
         try:
             for _ in range(self.epochs):
