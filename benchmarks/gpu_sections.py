@@ -432,6 +432,17 @@ def pfl_rounds(setup: Setup, users: int, per_user: int, clients: int, rounds: in
     return json.loads(done.stdout.strip().splitlines()[-1])["round_s"]
 
 
+def first_round_agreement(setup: Setup, data: Any, clients: int, users: int, dropout: bool) -> dict[str, Any]:
+    """Round 0 of pfl's job trained ``per-job`` and ``vectorised``: each client's update compared (``agreement``)."""
+    seen = {}
+    for name in ("per-job", "vectorised"):
+        rec = first_round_updates()
+        spec = {"name": "per-job"} if name == "per-job" else vectorised_spec(setup)
+        cifar_rounds(setup, data, spec, clients, users, 1, observers=[rec], dropout=dropout)
+        seen[name] = rec
+    return agreement(seen["per-job"], seen["vectorised"])
+
+
 def cifar10_cohort(setup: Setup) -> dict[str, Any]:
     """``per-job`` vs ``vectorised`` (and pfl) on pfl's CIFAR-10 job: clients/s, ratios, per-client agreement."""
     import torch
@@ -463,15 +474,8 @@ def cifar10_cohort(setup: Setup) -> dict[str, Any]:
                      "vectorised / pfl": round(pfl_s / vec, 2) if pfl_s else None})
         print(f"  {clients} clients: {rows[-1]}", flush=True)
     for dropout in (True, False):
-        clients = sizes[0]
-        seen = {}
-        for name in ("per-job", "vectorised"):
-            rec = first_round_updates()
-            spec = {"name": "per-job"} if name == "per-job" else vectorised_spec(setup)
-            cifar_rounds(setup, data, spec, clients, users, 1, observers=[rec], dropout=dropout)
-            seen[name] = rec
-        agree.append({"model": "pfl simple_cnn" + ("" if dropout else " without dropout"), "clients": clients,
-                      **agreement(seen["per-job"], seen["vectorised"])})
+        agree.append({"model": "pfl simple_cnn" + ("" if dropout else " without dropout"), "clients": sizes[0],
+                      **first_round_agreement(setup, data, sizes[0], users, dropout)})
     return {"status": "ok", "rows": rows, "agreement": agree, "users": users, "per_user": per_user,
             "steady_rounds": rounds - 1}
 
@@ -528,14 +532,8 @@ def vectorised_profile(setup: Setup) -> dict[str, Any]:
     before = torch.backends.cudnn.allow_tf32
     for tf32 in (True, False):
         torch.backends.cudnn.allow_tf32 = tf32
-        seen = {}
-        for name in ("per-job", "vectorised"):
-            rec = first_round_updates()
-            spec = {"name": "per-job"} if name == "per-job" else vectorised_spec(setup)
-            cifar_rounds(setup, data, spec, clients, users, 1, observers=[rec], dropout=False)
-            seen[name] = rec
         agree.append({"model": f"pfl simple_cnn without dropout, TF32 convolutions {'on' if tf32 else 'off'}",
-                      "clients": clients, **agreement(seen["per-job"], seen["vectorised"])})
+                      "clients": clients, **first_round_agreement(setup, data, clients, users, dropout=False)})
     torch.backends.cudnn.allow_tf32 = before
     out: dict[str, Any] = {"status": "ok", "agreement": agree, "rows": [], "python": []}
     for name in ("vectorised", "per-job"):
