@@ -142,6 +142,13 @@ def test_imagefolder_of_pngs(tmp_path, how):
     assert m.train.images.dtype == torch.uint8 and len(m.test) == 2
     stored = {tuple(m.train.images[i].permute(1, 2, 0).reshape(-1).tolist()) for i in range(6)}
     assert stored == {tuple(a.reshape(-1).tolist()) for a in written.values()}  # PNG is lossless
+    # the two storage routes (one uint8 tensor; images decoded one by one, as from an Arrow table) give the same
+    # batch, in canonical strides: a channels-last batch would convolve with other kernels (the digits cache bug)
+    as_tensor, _ = m.train.gather(torch.tensor([4, 0, 2]))
+    decoded = [m.train.images[i].permute(1, 2, 0).contiguous().permute(2, 0, 1) for i in (4, 0, 2)]  # as decoded
+    one_by_one = m.train.transform(decoded)
+    assert torch.equal(as_tensor, one_by_one)
+    assert as_tensor.is_contiguous() and one_by_one.is_contiguous()
 
 
 def test_images_of_different_sizes_stay_encoded_and_need_a_size(tmp_path):
