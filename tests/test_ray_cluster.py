@@ -169,7 +169,8 @@ def test_a_two_node_cluster_on_loopback_gives_the_inline_history():
         pytest.skip("this machine does not route 127.0.0.2 to the loopback interface")
     roots = [tempfile.mkdtemp(prefix="fc-ray-head-"), tempfile.mkdtemp(prefix="fc-ray-node-")]
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
-    ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats", "--num-cpus=1"]
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats", "--num-cpus=1",
+               "--include-log-monitor=false"]  # the runs log nothing to the driver
     address = f"{head_ip}:{port}"
     try:
         head = subprocess.run([*ray_cli, "--head", f"--node-ip-address={head_ip}", f"--port={port}",
