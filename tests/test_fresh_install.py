@@ -7,8 +7,9 @@ and no packages of its own. Third-party packages (torch, pluggy, ...) come from 
 ``.pth`` file listing a *filtered view* of its site-packages directories: a directory of symlinks that leaves out
 fedcore's, the substrates' and the plugins' (editable) installs, every ``.pth`` file, and timm, peft and open_clip,
 so nothing from the checkout is importable except what pip installs here. fedcore is installed from a copy of the
-checkout and fedcore-robust from tests/fixtures/ (``--no-deps --no-build-isolation``, pip and setuptools from the
-dev environment); the plugin test uninstalls what it installed, leaving the venv core-only.
+checkout, fedcore-robust from tests/fixtures/ and ``fedcore new plugin``'s output together (``--no-deps
+--no-build-isolation``, pip and setuptools from the dev environment); the ``plugins`` fixture uninstalls both after
+using them, leaving the venv core-only.
 """
 from __future__ import annotations
 
@@ -247,41 +248,74 @@ def test_core_only_micro_vit_and_old_import_paths_name_what_to_install(core_answ
 # -- the plugin: installed next to the core, run by name, uninstalled ------------------------------------------
 
 
-def test_install_run_by_name_uninstall(core_only, tmp_path):
+DESCRIBED = textwrap.dedent("""
+    import contextlib, io
+    from fedcore.cli import main as fedcore_main
+    described = io.StringIO()
+    with contextlib.redirect_stdout(described):
+        code = fedcore_main(["describe", "fedadam", "--json"])
+    print("DESCRIBED" + json.dumps({"code": code, "stdout": described.getvalue()}))
+""")
+
+
+@pytest.fixture(scope="module")
+def plugins(core_only, tmp_path_factory):
+    """Two plugins installed next to the core by one pip call, used, then uninstalled by one: fedcore-robust exactly
+    as a third party wrote it against the 0.1 public API (frozen: tests/fixtures/), and ``fedcore new plugin``'s
+    output, unchanged (written by this process's ``fedcore new``, the same source as the venv's copy). In the venv:
+    one interpreter runs the federated job by the robust plugin's component name and ``fedcore describe fedadam``
+    (``fedcore.cli.main``, the installed command's function; the command itself runs the README demo above); each
+    plugin runs its own suite; after the uninstall one interpreter tries the same job and a first-party method plugin
+    that is not installed. The venv is left core-only whatever failed. The tests below read what each step gave."""
     py, _, env = core_only
-    venv = py.parents[1]
-    # fedcore-robust exactly as a third party wrote it against the 0.1 public API (frozen: tests/fixtures/)
-    plugin = _copy_source(ROOT / "tests" / "fixtures" / "fedcore-robust-0.1.0", tmp_path / "src" / "fedcore-robust")
+    tmp = tmp_path_factory.mktemp("plugins")
+    robust = _copy_source(ROOT / "tests" / "fixtures" / "fedcore-robust-0.1.0", tmp / "src" / "fedcore-robust")
+    # plus the expected-failure declaration the 0.1 docs taught for a check fedcore has since fixed
+    (robust / "tests" / "test_declared.py").write_text(DECLARED)
+    new = tmp / "p"
+    assert main(["new", "plugin", "fedadam", "--slot", "local_update", "--out", str(new)]) == 0
     install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    str(plugin)], tmp_path, env)
-    assert install.returncode == 0, install.stderr
-    uninstalled = False
+                    str(robust), str(new)], tmp, env)
+    got: dict = {"install": install}
     try:
-        job = _run([str(py), "-c", JOB], tmp_path, env)
-        assert job.returncode == 0, job.stderr
-        out = json.loads(job.stdout.strip().splitlines()[-1])
-        assert out["fedcore"].startswith(str(venv)) and out["plugin"].startswith(str(venv))  # not the checkout
-        assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"]
-        assert out["plugins"]["builtin"] == ["fedcore", fedcore.__version__]
-        assert out["manifest"]["aggregate"] == "trimmed-mean"
-        assert len(out["acc"]) == 2 and out["acc"][-1] > 0.2  # 10 classes: chance is 0.1
-
-        # its own suite passes against this core, unchanged, plus the expected-failure declaration the 0.1 docs
-        # taught for a check fedcore has since fixed: it warns (StaleExpectedFailureWarning), no XPASS(strict)
-        (plugin / "tests" / "test_declared.py").write_text(DECLARED)
-        suite = _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rX", "tests"], plugin, env)
-        assert suite.returncode == 0, suite.stdout + suite.stderr
-        assert "failed" not in suite.stdout and "StaleExpectedFailureWarning: check_aggregate_order_invariant passes " \
-            "for TrimmedMean" in suite.stdout, suite.stdout
-
-        uninstall = _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
-        uninstalled = uninstall.returncode == 0
-        assert uninstalled, uninstall.stderr
+        if install.returncode == 0:
+            got["job"] = _run([str(py), "-c", JOB + DESCRIBED], tmp, env)
+            suite = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            got["robust suite"] = _run([*suite, "-rX", "tests"], robust, env)
+            got["new suite"] = _run([*suite, "tests"], new, env)
     finally:  # the venv is the module's: leave it core-only whatever failed
-        if not uninstalled:
-            _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust"], tmp_path, env)
+        got["uninstall"] = _run([str(py), "-m", "pip", "uninstall", "-y", "fedcore-robust", "fedcore-fedadam"], tmp,
+                                env)
+    got["refused"] = _run([str(py), "-c", REFUSED, JOB], tmp, env)
+    return got
+
+
+def _installed(plugins: dict) -> None:
+    for step in ("install", "uninstall"):
+        assert plugins[step].returncode == 0, plugins[step].stderr
+
+
+def test_install_run_by_name_uninstall(core_only, plugins):
+    _installed(plugins)
+    venv = core_only[0].parents[1]
+    job = plugins["job"]
+    assert job.returncode == 0, job.stderr
+    out = json.loads([line for line in job.stdout.splitlines() if line.startswith("{")][-1])
+    assert out["fedcore"].startswith(str(venv)) and out["plugin"].startswith(str(venv))  # not the checkout
+    assert out["plugins"]["robust"] == ["fedcore-robust", "0.1.0"]
+    assert out["plugins"]["builtin"] == ["fedcore", fedcore.__version__]
+    assert out["manifest"]["aggregate"] == "trimmed-mean"
+    assert len(out["acc"]) == 2 and out["acc"][-1] > 0.2  # 10 classes: chance is 0.1
+
+    # its own suite passes against this core, unchanged, plus the expected-failure declaration the 0.1 docs
+    # taught for a check fedcore has since fixed: it warns (StaleExpectedFailureWarning), no XPASS(strict)
+    suite = plugins["robust suite"]
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    assert "failed" not in suite.stdout and "StaleExpectedFailureWarning: check_aggregate_order_invariant passes " \
+        "for TrimmedMean" in suite.stdout, suite.stdout
+
     # uninstalled: the same job, and a first-party method plugin that is not installed, asked of one interpreter
-    refused = _run([str(py), "-c", REFUSED, JOB], tmp_path, env)
+    refused = plugins["refused"]
     assert refused.returncode == 0, refused.stderr
     last, first_party = json.loads(refused.stdout.strip().splitlines()[-1])
     assert last is not None, "the job ran with its plugin uninstalled"
@@ -297,18 +331,15 @@ def test_install_run_by_name_uninstall(core_only, tmp_path):
         "fedcore-fedv package, which is not installed (pip install fedcore-fedv)"), first_party
 
 
-def test_fedcore_new_plugin_installs_is_found_by_name_runs_its_recipe_and_passes_its_own_tests(core_only, tmp_path):
-    """``fedcore new plugin``'s output, unchanged, in the core-only venv (it needs nothing but the core and torch).
-    The plugin is written by this process's ``fedcore new`` (the same source as the venv's copy)."""
-    py, repo, env = core_only
-    assert main(["new", "plugin", "fedadam", "--slot", "local_update", "--out", str(tmp_path / "p")]) == 0
-    install = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    str(tmp_path / "p")], tmp_path, env)
-    assert install.returncode == 0, install.stderr
-    found = _fedcore(core_only, "describe", "fedadam", "--json")
-    assert found.returncode == 0, found.stderr
-    described = json.loads(found.stdout)
+def test_fedcore_new_plugin_installs_is_found_by_name_runs_its_recipe_and_passes_its_own_tests(plugins):
+    """``fedcore new plugin``'s output, unchanged, in the core-only venv (it needs nothing but the core and torch)."""
+    _installed(plugins)
+    job = plugins["job"]
+    assert job.returncode == 0, job.stderr
+    found = json.loads(next(line for line in job.stdout.splitlines() if line.startswith("DESCRIBED"))[9:])
+    assert found["code"] == 0, found
+    described = json.loads(found["stdout"])
     assert described["kind"] == "component" and described["distribution"] == "fedcore-fedadam", described
-    suite = _run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], tmp_path / "p", env)
+    suite = plugins["new suite"]
     assert suite.returncode == 0, suite.stdout + suite.stderr
     assert "failed" not in suite.stdout and " passed" in suite.stdout

@@ -1,6 +1,7 @@
 """Ray executor: bad addresses fail fast, split shares are refused, a wave is split into one cohort per worker.
 
-The tests taking ``ray_cluster`` share the run's one local Ray cluster (tests/conftest.py). That every scheduler,
+The tests taking ``workers`` share the run's one local Ray cluster (tests/conftest.py) and two actors kept for the
+module. That every scheduler,
 with faults and the virtual clock, gives the inline executor's history on Ray is checked on a two-node cluster in
 tests/test_ray_cluster.py, and with jobs priced at dispatch in tests/test_ray_parallel.py."""
 import importlib.util
@@ -29,7 +30,16 @@ def test_unreachable_or_malformed_address_fails_before_any_work():
     assert time.perf_counter() - start < 10
 
 
-def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_cluster):
+@pytest.fixture(scope="module")
+def workers(ray_cluster):
+    """Two actors kept for every Ray run of this module (``keep_workers``: each run sends them its pipeline and
+    training set instead of starting actor processes). The cluster's 2 CPUs are theirs while this module runs."""
+    executor = RayExecutor(num_workers=2, keep_workers=True)
+    yield executor
+    executor.release()
+
+
+def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(workers):
     from fedcore.models import micro_vit
     from fedcore.split import SplitFedV1
     from fedcore.testing import tiny_data
@@ -42,12 +52,12 @@ def test_shares_with_a_server_endpoint_are_refused_at_the_first_dispatch(ray_clu
     seen = []
     with pytest.raises(ConfigError, match=r"RayExecutor cannot run shares with a server endpoint "
                                           r"\(clients \[0, 1, 2\], endpoint Endpoint\).*inline executor"):
-        run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=RayExecutor(num_workers=1),
-                          on_round=seen.append)  # one actor: the refusal comes before any job reaches one
+        run_tiny_pipeline([SplitFedV1()], rounds=1, fixture=fixture, executor=workers,
+                          on_round=seen.append)  # the refusal comes before any job reaches an actor
     assert seen == []  # refused before any client trained or any round finished
 
 
-def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
+def test_ray_splits_a_wave_into_one_cohort_per_worker(workers):
     import sys
 
     import attrs
@@ -85,7 +95,7 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
     torch.set_num_threads(1)
     try:
         runs = {}
-        for name, executor in (("inline", None), ("ray", RayExecutor(num_workers=2))):
+        for name, executor in (("inline", None), ("ray", workers)):
             sizes = Sizes()
             result = run_tiny_pipeline([SizedCohort(), SGDUpdate(), sizes, UniformSync(fraction=1.0)], rounds=2,
                                        fixture=ContractFixture(num_clients=5), executor=executor)
@@ -99,7 +109,7 @@ def test_ray_splits_a_wave_into_one_cohort_per_worker(ray_cluster):
             == [r["test_accuracy"] for r in runs["ray"][0].history])
 
 
-def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(ray_cluster):
+def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(workers):
     """Under Ray each worker's cohort decides ``on_cpu = "auto"`` (this machine's cached probe, or a probe whose
     first writer wins); the choice reaches the run's record with the updates, later waves replay it, and the
     history counts the clients trained vectorised on the workers."""
@@ -110,9 +120,35 @@ def test_vectorised_auto_on_ray_workers_records_their_choice_on_the_server(ray_c
     torch.set_num_threads(1)
     try:
         result = run_tiny_pipeline([VectorisedCohort(), SGDUpdate(), UniformSync(fraction=1.0)], rounds=2,
-                                   fixture=ContractFixture(num_clients=6), executor=RayExecutor(num_workers=2))
+                                   fixture=ContractFixture(num_clients=6), executor=workers)
     finally:
         torch.set_num_threads(threads)
     (record,) = result.run.settings[CHOICES].values()
     assert record["choice"] in ("vectorise", "one-by-one") and record["by"] in ("probe", "cached probe")
     assert result.history.column("cohort_vectorised") == [6.0 if record["choice"] == "vectorise" else 0.0] * 2
+
+
+def test_kept_workers_train_each_run_with_that_runs_pipeline(workers):
+    """``keep_workers``: a run on actors kept from an earlier run trains with its own pipeline and training set,
+    not the earlier run's (two learning rates, two data seeds: each Ray run gives its own inline history), on the
+    same two actors."""
+    from fedcore.builtin import SGDUpdate
+    from fedcore.testing import tiny_data
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def run(lr, seed, executor=None):
+            fixture = ContractFixture(num_clients=4, data_factory=lambda: tiny_data(n=64, n_test=32, seed=seed))
+            return run_tiny_pipeline([SGDUpdate(lr=lr), UniformSync(fraction=1.0)], rounds=2, fixture=fixture,
+                                     executor=executor)
+
+        seen = []
+        for lr, seed in ((0.05, 0), (0.5, 1)):
+            inline, on_ray = run(lr, seed), run(lr, seed, workers)
+            seen.append((inline.history.comparable(), tuple(workers._actors)))
+            assert on_ray.history.comparable() == inline.history.comparable(), lr
+    finally:
+        torch.set_num_threads(threads)
+    (first, actors), (second, again) = seen
+    assert first != second and len(actors) == 2 and again == actors  # two different runs on the same two actors

@@ -5,8 +5,8 @@ The Ray executor's ``submit`` returns at once; the engine collects a job's resul
 arrival order is known before the jobs finish: without a clock, or with a clock that prices a job at dispatch
 (``Clock.duration_at_dispatch``). With SimClock (priced from the finished job) the two-node test of
 tests/test_ray_cluster.py covers the same four schedulers. Every test here runs on the run's one local Ray cluster
-(``ray_cluster``, tests/conftest.py); one Ray run per scheduler priced at dispatch serves the equivalence, the
-replacement and the resume checks.
+(``ray_cluster``, tests/conftest.py) on two actors kept for the whole module (``keep_workers``); one Ray run per
+scheduler priced at dispatch serves the equivalence, the replacement and the resume checks.
 """
 import importlib.util
 
@@ -31,15 +31,18 @@ class DeviceTimes(ClockBase):
 
 
 class CountingRay(RayExecutor):
-    """Records, at every submit, how many jobs it was given and how many of its jobs were still uncollected."""
+    """Records, at every submit, how many jobs it was given and how many of its jobs were still uncollected, and
+    which actors it submitted to."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.submits = []
+        self.actors = set()
 
     def submit(self, jobs):
         handles = super().submit(jobs)
         self.submits.append((len(jobs), sum(self._outstanding)))
+        self.actors.add(tuple(self._actors))
         return handles
 
 
@@ -66,8 +69,8 @@ def same_run(distributed, inline, name):
             == {c: s.rounds_participated for c, s in inline.run.client_states.items()}), name
 
 
-def both_ways(names, clocked):
-    """Each schedule's job inline and on Ray (two workers, counting its submits): {name: (inline, ray, submits)}."""
+def both_ways(names, clocked, executor):
+    """Each schedule's job inline and on Ray (``executor``, counting its submits): {name: (inline, ray, submits)}."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the actors use one intra-op thread; bit-identity needs the same here
     runs = {}
@@ -75,22 +78,33 @@ def both_ways(names, clocked):
         for name in names:
             make = SCHEDULES[name]
             inline = job(make(), DeviceTimes() if clocked else None)
-            executor = CountingRay(num_workers=2)
+            first = len(executor.submits)
             distributed = job(make(), DeviceTimes() if clocked else None, executor)
-            runs[name] = (inline, distributed, executor.submits)
+            runs[name] = (inline, distributed, executor.submits[first:])
     finally:
         torch.set_num_threads(threads)
     return runs
 
 
 @pytest.fixture(scope="module")
-def priced_at_dispatch(ray_cluster):
+def workers(ray_cluster):
+    """The two actors of every Ray run here, kept between runs (``keep_workers``): each run sends them its pipeline
+    and training set, so only the first run starts actor processes, and every later run checks that kept actors
+    give the inline history too. (The cluster's 2 CPUs are theirs while this module runs.)"""
+    executor = CountingRay(num_workers=2, keep_workers=True)
+    yield executor
+    executor.release()
+
+
+@pytest.fixture(scope="module")
+def priced_at_dispatch(workers):
     """Every scheduler's job priced at dispatch, with faults, inline and on Ray: the equivalence, the replacement
     and the resume checks below read these runs (one Ray run per scheduler)."""
-    return both_ways(tuple(SCHEDULES), clocked=True)
+    return both_ways(tuple(SCHEDULES), clocked=True, executor=workers)
 
 
-def test_parallel_ray_gives_the_inline_history_under_every_scheduler_priced_at_dispatch(priced_at_dispatch):
+def test_parallel_ray_gives_the_inline_history_under_every_scheduler_priced_at_dispatch(priced_at_dispatch, workers):
+    assert len(workers.actors) == 1  # every run on the two kept actors: the runs after the first reused them
     events = set()
     for name, (inline, distributed, submits) in priced_at_dispatch.items():
         assert submits, name  # the parallel path ran (submit, not run)
@@ -99,8 +113,8 @@ def test_parallel_ray_gives_the_inline_history_under_every_scheduler_priced_at_d
     assert events == {"dropout", "lost", "unavailable"}  # every kind of fault happened on the way
 
 
-def test_parallel_ray_gives_the_inline_history_without_a_clock(ray_cluster):
-    for name, (inline, distributed, submits) in both_ways(("async", "buffered"), clocked=False).items():
+def test_parallel_ray_gives_the_inline_history_without_a_clock(workers):
+    for name, (inline, distributed, submits) in both_ways(("async", "buffered"), False, workers).items():
         assert submits, name
         same_run(distributed, inline, name)
 
@@ -119,7 +133,7 @@ class Stop(Exception):
     pass
 
 
-def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(priced_at_dispatch, tmp_path):
+def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(priced_at_dispatch, workers, tmp_path):
     from fedcore.engine.checkpoint import Checkpointer
 
     def crash_after_round_3(row):
@@ -134,10 +148,9 @@ def test_a_parallel_run_stopped_with_jobs_in_flight_resumes_to_the_same_history(
     torch.set_num_threads(1)
     try:
         with pytest.raises(Stop):
-            buffered_job(executor=RayExecutor(num_workers=2), checkpoint=Checkpointer(tmp_path, every=1),
-                         on_round=crash_after_round_3)
-        resumed = buffered_job(executor=RayExecutor(num_workers=2),
-                               checkpoint=Checkpointer(tmp_path, every=1, resume=True))
+            buffered_job(executor=workers, checkpoint=Checkpointer(tmp_path, every=1), on_round=crash_after_round_3)
+        # the kept actors may still train the stopped run's jobs in flight: the resumed run's queue behind them
+        resumed = buffered_job(executor=workers, checkpoint=Checkpointer(tmp_path, every=1, resume=True))
     finally:
         torch.set_num_threads(threads)
     assert resumed.history.comparable() == full.history.comparable()

@@ -42,8 +42,13 @@ class _Worker:
 
         if threads:
             torch.set_num_threads(threads)
+        self.load(pipeline, dataset)
+
+    def load(self, pipeline: Pipeline, dataset: Any) -> bool:
+        """Take another run's pipeline (rebuilt from its components, as at the start) and training set."""
         self.hooks = pipeline.hooks
         self.dataset = dataset
+        return True
 
     def run(self, jobs: list[ClientJob]) -> list[JobResult]:
         return run_cohort(self.hooks, jobs, self.dataset)
@@ -102,6 +107,10 @@ class RayExecutor:
     ``threads_per_worker`` fixes torch's intra-op threads in each actor (1 by default; bit-identical results to
     the inline executor need the same count in the driver). ``gpus_per_worker`` (fractional allowed, e.g. 0.25
     puts four workers on a GPU) is what each actor asks Ray for. ``init_kwargs`` go to ``ray.init``.
+    ``keep_workers=True`` keeps the actors when a run ends, and this executor's next run in the same Ray session
+    sends them its pipeline and training set instead of starting new ones (each new actor is a process that
+    imports torch and fedcore: seconds); :meth:`release` ends them, as do dropping the executor and the session's
+    end. A kept actor holds its CPUs (and GPUs) between runs.
     """
 
     name = "ray"
@@ -109,7 +118,7 @@ class RayExecutor:
     def __init__(self, num_workers: int = 2, *, address: str | None = None, threads_per_worker: int | None = 1,
                  cpus_per_worker: float = 1.0, gpus_per_worker: float = 0.0, bind: str = LOOPBACK,
                  init_kwargs: dict[str, Any] | None = None, connect_timeout: float = 5.0,
-                 shutdown_on_close: bool = False) -> None:
+                 shutdown_on_close: bool = False, keep_workers: bool = False) -> None:
         if num_workers < 1:
             raise ConfigError(f"RayExecutor.num_workers={num_workers}; must be >= 1")
         if threads_per_worker is not None and threads_per_worker < 1:
@@ -129,9 +138,11 @@ class RayExecutor:
         self.bind = bind
         self.init_kwargs = dict(init_kwargs or {})
         self.shutdown_on_close = shutdown_on_close
+        self.keep_workers = keep_workers
         self._actors: list[Any] = []
         self._outstanding: list[int] = []
         self._started_ray = False
+        self._session: tuple[str, str] | None = None  # the Ray session the actors live in
 
     def start(self, pipeline: Pipeline, dataset: Any) -> None:
         try:
@@ -142,10 +153,16 @@ class RayExecutor:
         cpus = kwargs.pop("num_cpus", max(1, int(self.num_workers * self.cpus_per_worker + 0.999)))
         if init_ray(address=self.address, num_cpus=cpus, bind=self.bind, **kwargs):
             self._started_ray = True
-        actor = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_Worker)
         data_ref = ray.put(dataset)
-        self._actors = [actor.remote(pipeline, data_ref, self.threads_per_worker) for _ in range(self.num_workers)]
         self._outstanding = [0] * self.num_workers
+        context = ray.get_runtime_context()
+        session = (context.get_job_id(), context.get_node_id())  # a new cluster reuses job ids, never node ids
+        if self._actors and self._session == session:  # kept from this executor's last run
+            ray.get([a.load.remote(pipeline, data_ref) for a in self._actors])
+            return
+        actor = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_Worker)
+        self._actors = [actor.remote(pipeline, data_ref, self.threads_per_worker) for _ in range(self.num_workers)]
+        self._session = session
         ray.get([a.ping.remote() for a in self._actors])  # surface start-up errors before the first round
 
     def submit(self, jobs: Sequence[ClientJob]) -> list[RayJob]:
@@ -179,6 +196,14 @@ class RayExecutor:
                               f"executor.gpus_per_worker (e.g. 0.25 runs four workers per GPU)")
 
     def close(self) -> None:
+        """The end of a run: the actors end too, unless ``keep_workers`` keeps them for the next run."""
+        if self.keep_workers and not self.shutdown_on_close:
+            return
+        self.release()
+
+    def release(self) -> None:
+        """End the actors (kept or not), and the Ray session too if this executor started it and
+        ``shutdown_on_close`` says so."""
         import ray
 
         for a in self._actors:

@@ -18,18 +18,23 @@ from fedcore.cli import main
 pytestmark = pytest.mark.integration  # every case kills a real `fedcore run` process
 
 ROUNDS = 8
+EPOCHS = {"async": 24}
+"""Local epochs per job (the battery's 6 elsewhere). An asynchronous row is one client's update, so at 6 epochs the
+six rows after async's first seeded moment (2 rows + 0.18 s) took under 0.18 s on a quiet machine: that moment and
+the next were drawn again (two more killed processes, ~5 s) before one landed. Four times the work per row lets the
+first moment land; the moments drawn are the same."""
 
 
 def reference(tmp_path, schedule, executor='"inline"'):
     """The inline run (in this process), and the config the killed runs use (``executor`` for them)."""
     config = tmp_path / f"{schedule}.toml"
-    config.write_text(config_text(schedule, rounds=ROUNDS))
+    config.write_text(config_text(schedule, rounds=ROUNDS, epochs=EPOCHS.get(schedule, 6)))
     ref = tmp_path / "reference"
     assert main(["run", str(config), "--out", str(ref), "--progress", "none"]) == 0
     rows = rows_of(ref)
     assert len(rows) == ROUNDS and any(r.get("dropout") or r.get("lost") for r in rows)  # the faults happened
     killed = tmp_path / f"{schedule}-killed.toml"
-    killed.write_text(config_text(schedule, rounds=ROUNDS, executor=executor))
+    killed.write_text(config_text(schedule, rounds=ROUNDS, epochs=EPOCHS.get(schedule, 6), executor=executor))
     return killed, ref, rows
 
 

@@ -1,5 +1,6 @@
 """One writer per run directory (issue 29, item 1): a second ``fedcore run`` on a live run directory is refused
-naming the holder; a dead holder's lock is no obstacle; a killed sweep takes its cells with it.
+naming the holder; a dead holder's lock is no obstacle; a killed sweep takes its cells with it, and its resume
+redoes no finished cell and gives the uninterrupted sweep's numbers.
 
 Each case runs real ``fedcore`` processes through the battery's harness; the live writer is held still with
 SIGSTOP while the second one tries, so the race is decided by the lock and not by timing."""
@@ -7,7 +8,7 @@ import os
 import signal
 import time
 
-from battery import alive, config_text, rows_of, start, status_of, wait_rows
+from battery import alive, comparable, config_text, rows_of, start, status_of, wait_rows
 import pytest
 
 from fedcore.cli import main
@@ -50,24 +51,37 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is
 
 
 SWEEP = config_text("sync", rounds=ROUNDS, epochs=4) + '\n[sweep]\nseeds = 2\n'
+KILLED_SWEEP = config_text("sync", rounds=6, epochs=4) + '\n[sweep]\nseeds = 4\n'
 
 
 @pytest.mark.integration
-def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_path):
+def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_redoes_nothing_finished(tmp_path, capsys):
+    """One killed sweep for both sweep-kill properties (it was two killed sweeps, this one and
+    tests/test_sweep.py's). ``fedcore sweep --jobs 2`` over four cells: the first runs to the end in its child
+    process; the second and the third are held still (SIGSTOP) once they wrote two rows (checkpoints behind them),
+    so none can finish and the fourth finds no free slot before the sweep is SIGKILLed. Then no cell outlives its
+    sweep (the parent-death signal waits for SIGCONT) and the held cells are left cut short; ``fedcore sweep
+    --resume`` (in this process: only the killed sweep had to be real) skips the finished cell without touching it,
+    resumes the held ones from their checkpoints and starts the fourth, and every cell equals the uninterrupted
+    sweep's (the finished one run in a child process, the others resumed or started here)."""
     config = tmp_path / "s.toml"
-    config.write_text(SWEEP)
+    config.write_text(KILLED_SWEEP)
+    reference = run_sweep(config, out=tmp_path / "reference")
+    assert [c.state for c in reference.cells] == ["finished"] * 4
     out = tmp_path / "sweep"
     sweep = start(["sweep", str(config), "--jobs", "2", "--out", str(out)])
     cells = [out / cell.dirname for cell in load_sweep_spec(config).cells()]
+    first, held, fourth = cells[0], cells[1:3], cells[3]
     pids: list[int] = []
     try:
-        for cell in cells:  # each cell held still once it wrote a row, so none can finish before the kill
-            wait_rows(cell, 1, sweep)
+        for cell in held:  # cells 0 and 1 start; 1 is held; 2 starts when 0 has finished, and is held
+            wait_rows(cell, 2, sweep)
             pids.append(int((cell / ".lock").read_text()))
             os.kill(pids[-1], signal.SIGSTOP)
         if sweep.poll() is not None:
             pytest.fail(f"the sweep ended before it was killed: {sweep.stderr.read()[-2000:]}")
         assert all(alive(pid) for pid in pids)
+        assert status_of(first)["state"] == "finished" and not (fourth / "metrics.jsonl").exists()
         os.kill(sweep.pid, signal.SIGKILL)
         sweep.wait()
     finally:
@@ -81,11 +95,22 @@ def test_a_killed_sweep_ends_its_cells_and_the_resumed_sweep_finishes_them(tmp_p
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in pids), "a cell outlived its sweep"
-    states = [status_of(cell)["state"] for cell in cells]
+    states = [status_of(cell)["state"] for cell in held]
     assert set(states) <= {"interrupted", "running"}, states
-    assert main(["sweep", "--resume", str(out)]) == 0  # the resume runs here: only the killed sweep had to be real
-    for cell in cells:
-        assert [r["round"] for r in rows_of(cell)] == list(range(ROUNDS)) and status_of(cell)["state"] == "finished"
+    stamp = (first / "metrics.jsonl").stat().st_mtime_ns, (first / "status.json").read_bytes()
+
+    capsys.readouterr()
+    assert main(["sweep", "--resume", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "base/seed-0: skipped" in printed and "1 already finished" in printed, printed
+    assert ((first / "metrics.jsonl").stat().st_mtime_ns, (first / "status.json").read_bytes()) == stamp
+    for cell in held:
+        status = status_of(cell)
+        assert status["state"] == "finished" and status["resumed_from"].startswith("round-"), status
+    for cell in reference.cells:
+        mine = out / cell.run_dir.relative_to(reference.directory)
+        assert comparable(rows_of(mine)) == comparable(rows_of(cell.run_dir)) and status_of(mine)["state"] == "finished"
+        assert [r["round"] for r in rows_of(mine)] == list(range(6))
 
 
 @pytest.mark.integration
