@@ -105,8 +105,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"checks:{item.path.name}:{component}"))
     # Scheduling order. scripts/dev runs xdist with --no-loadscope-reorder, so the groups (and the ungrouped tests,
     # one by one) go out in the order of their first test here. A unit keeps its best rank: a group goes out where
-    # its most urgent test would, and an ungrouped test with its module (stable sort: modules stay whole and in their
-    # own order, so a module-scoped fixture is built on one worker).
+    # its most urgent test would, and an ungrouped test with its module (stable sort: modules stay together and in
+    # their own order). xdist still hands an ungrouped test out on its own (its loadgroup scope is its node id), so a
+    # module's tests run on both workers and a module-scoped fixture may be built on each: what must be built once
+    # takes an xdist_group.
     rank: dict[object, tuple[int, int]] = {}
     for item in items:
         unit = _unit(item)
@@ -120,7 +122,7 @@ def _groups(item: pytest.Item) -> list[str]:
 
 
 def _unit(item: pytest.Item) -> object:
-    """What the scheduler hands out whole: the test's xdist group(s), or (ungrouped) its module."""
+    """What is ranked as one: the test's xdist group(s) (handed out whole), or (ungrouped) its module."""
     groups = _groups(item)
     return "_".join(groups) if groups else item.path
 

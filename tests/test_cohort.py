@@ -122,7 +122,7 @@ class UnseededCohort(LockstepSGD):
         return [attrs.evolve(u, tensors={k: v + 0.01 * torch.randn_like(v) for k, v in u.tensors.items()}) for u in out]
 
 
-@parametrize_with_checks([PerJobCohort(), LockstepSGD(), LockstepSGD(report=True)])
+@parametrize_with_checks([LockstepSGD(), LockstepSGD(report=True)])  # PerJobCohort(): test_registered_contracts
 def test_contract(component, check):
     check(component)
 

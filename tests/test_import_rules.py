@@ -148,7 +148,9 @@ def reachable(graph: dict[str, set[str]], start: str, *, with_parents: bool = Fa
 
 def contract_problems(src: Path, contract: Iterable[str] = CONTRACT,
                       forbidden: Iterable[str] = FORBIDDEN_FOR_CONTRACT) -> list[str]:
-    modules = modules_of(src)
+    contract = tuple(contract)
+    packages = {name.split(".", 1)[0] for name in contract}  # only their packages' modules can be on a path
+    modules = {m: p for m, p in modules_of(src).items() if m.split(".", 1)[0] in packages}
     found = imports_of(modules)
     problems = []
     for imp in found:

@@ -20,7 +20,7 @@ from fedcore.builtin import (
 from fedcore.builtin.semi_async import SemiAsyncRounds
 from fedcore.errors import ConfigError
 from fedcore.runtime import DeviceProfile, SimClock
-from fedcore.testing import ContractFixture, parametrize_with_checks, run_tiny_pipeline, tiny_model
+from fedcore.testing import ContractFixture, run_tiny_pipeline, tiny_model
 from fedcore.types import ClientUpdate
 
 FAST = DeviceProfile(name="fast", flops=1e9, up_bps=1e6, down_bps=1e6, memory_bytes=2**30)
@@ -154,13 +154,6 @@ def test_fedbuff_step_applies_discounted_deltas_to_the_current_model():
     step = 0.5 * (1.0 * 1.0 + 0.5 * 2.0) / 2  # deltas 1 and 2 (base 0), s(3) = 1/2, mean over K = 2
     for k, v in out.state.items():
         assert torch.allclose(v, current[k] + step, atol=1e-6)
-
-
-@parametrize_with_checks([FedAsyncMix()], expected_failed_checks={
-    "check_aggregate_identity": "FedAsync mixes the arrival into the current model by alpha < 1, so identical "
-                                "updates move the model only part of the way"})
-def test_fedasync_default_contract(component, check):
-    check(component)
 
 
 def test_fedbuff_refills_at_once_so_a_fast_client_can_fill_the_buffer_alone():

@@ -15,6 +15,7 @@ import torch
 
 from fedcore.engine.dispatch import build_job
 from fedcore.jobs import ClientJob, JobResult, cohort_problem, run_cohort
+from fedcore.runtime.job_rng import seed_torch
 from fedcore.testing.fixtures import ContractFixture, build_engine, round_context
 from fedcore.types import ClientFailed, ClientUpdate
 
@@ -32,7 +33,7 @@ def _train(component: Any, fixture: ContractFixture, clients: Sequence[int] | No
            rng_noise: int = 0) -> list[JobResult]:
     engine, jobs = _wave(component, fixture, clients)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(rng_noise)  # the caller's global RNG must not matter
+        seed_torch(rng_noise)  # the caller's global RNG must not matter
         results = run_cohort(engine.hooks, jobs, engine.run_ctx.train)
     failed = [(r.client_id, (r.error or "").strip().splitlines()[-1:]) for r in results if r.error is not None]
     assert not failed, f"the cohort failed on the fixture: {failed}"

@@ -23,6 +23,7 @@ from fedcore import hookspecs
 from fedcore.engine.dispatch import build_job
 from fedcore.errors import ConfigError
 from fedcore.registry import slots_of
+from fedcore.runtime.job_rng import seed_torch
 from fedcore.testing.cohort import COHORT_CHECKS
 from fedcore.testing.device_audit import DefaultDeviceAudit
 from fedcore.testing.fixtures import CHECK_FIXTURE, ContractFixture, build_engine, round_context
@@ -147,7 +148,7 @@ def _one_update(engine: Any) -> tuple[ClientUpdate, Any, dict[str, torch.Tensor]
     client = run.clients[0]
     job, share, downloaded = build_job(engine.parts, client, ctx)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(job.ctx.seed_for("torch"))
+        seed_torch(job.ctx.seed_for("torch"))
         update = engine.hooks.fedcore_local_update(
             client=client, share=share, data=ClientData(dataset=run.train, indices=job.pool),
             state=copy.deepcopy(run.client_states[0]), ctx=job.ctx)

@@ -16,6 +16,7 @@ from fedcore.engine.history import RunResult
 from fedcore.engine.loop import Engine
 from fedcore.models.micro import tiny_mlp
 from fedcore.pipeline import Pipeline
+from fedcore.runtime.job_rng import seed_torch
 
 
 def tiny_data(*, n: int = 96, n_test: int = 48, num_classes: int = 4, seed: int = 0
@@ -28,7 +29,7 @@ def tiny_data(*, n: int = 96, n_test: int = 48, num_classes: int = 4, seed: int 
 def tiny_model(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
     """A seeded MLP on 1x8x8 inputs."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_torch(seed)
         return tiny_mlp(num_classes=num_classes)
 
 
@@ -39,7 +40,7 @@ def tiny_bn_model(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
     checks see what a real CNN uploads; it normalises the input channel, so a batch of one is fine.
     """
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_torch(seed)
         return nn.Sequential(nn.BatchNorm2d(1), *tiny_mlp(num_classes=num_classes).children())
 
 
@@ -48,7 +49,7 @@ def tiny_vit(*, num_classes: int = 4, seed: int = 0) -> nn.Module:
     from fedcore.models.micro import micro_vit
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_torch(seed)
         return micro_vit(num_classes=num_classes, depth=2, embed_dim=16, num_heads=2)
 
 

@@ -34,8 +34,9 @@ def data(classes=6, n_train=6, n_test=3):
     return shapes_data(n_train, n_test, classes, stream="pf")
 
 
-@parametrize_with_checks([PFedPromptEval(), PFedPromptEval(buffer="prototype", affinity="tip", kind="prior"),
-                          PromptFLFineTune(extra_epochs=1), PromptPer(), PromptProx(epochs=1), PromptAMP()],
+# PFedPromptEval() and PromptPer() with their defaults on this fixture: tests/test_registered_contracts.py (as declared)
+@parametrize_with_checks([PFedPromptEval(buffer="prototype", affinity="tip", kind="prior"),
+                          PromptFLFineTune(extra_epochs=1), PromptProx(epochs=1), PromptAMP()],
                          fixture=PROMPT_FIXTURE)
 def test_contract(component, check):
     check(component)

@@ -18,18 +18,33 @@ def _one_thread():
         yield
 
 
-def test_pretraining_is_deterministic_cached_and_learns(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path))
-    a, info = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
-    path = cache_path("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
-    assert path.exists() and path.with_suffix(".json").exists()
-    assert str(tmp_path) in info["path"] and "no external weights" in info["note"]
-    b, _ = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4, cache=False)
-    for (k, va), (_, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
-        assert torch.equal(va, vb), f"{k} differs between two runs with one seed"
-    c, _ = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)  # from the cache
-    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), c.model.state_dict().values()))
-    assert not any(p.requires_grad for p in c.parameters())
+def test_pretraining_is_deterministic_by_seed_and_thread_count_and_cached(tmp_path, monkeypatch):
+    """Two real builds with one seed, by a caller on one intra-op thread and by one on two, each into its own cache:
+    one cache key, the same bytes (so the same seed gives the same weights whatever the thread count: before the
+    fix these differed) and each caller's thread count back; a third call loads the first build from its cache.
+    Both builds run in this process: the thread count is the caller's setting, not the process's."""
+    files, built = [], []
+    for threads in (1, 2):  # the autouse one_thread fixture restores the count afterwards
+        monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / f"t{threads}"))
+        torch.set_num_threads(threads)
+        model, info = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
+        assert torch.get_num_threads() == threads, "the caller's thread count was not restored"
+        path = cache_path("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
+        assert path.exists() and path.with_suffix(".json").exists() and Path(info["path"]) == path
+        assert str(tmp_path / f"t{threads}") in info["path"] and "no external weights" in info["note"]
+        files.append(path)
+        built.append(model)
+    assert files[0] != files[1] and files[0].name == files[1].name  # two builds (not a cache hit), one key
+    assert files[0].read_bytes() == files[1].read_bytes(), "one seed gave other weights (on one thread vs two)"
+    for (k, va), (_, vb) in zip(built[0].model.state_dict().items(), built[1].model.state_dict().items()):
+        assert torch.equal(va, vb), f"{k} differs between two builds with one seed"
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "t1"))
+    written = files[0].stat().st_mtime_ns
+    cached, _ = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)  # from the cache
+    assert files[0].stat().st_mtime_ns == written, "the third call built again instead of reading its cache"
+    assert all(torch.equal(x, y) for x, y in zip(built[0].model.state_dict().values(),
+                                                 cached.model.state_dict().values()))
+    assert not any(p.requires_grad for p in cached.parameters())
 
 
 @pytest.mark.slow  # a whole (tiny) pre-training run to show learning: the suite runs it, --quick does not
@@ -40,21 +55,6 @@ def test_pretraining_learns_zero_shot_classification():
     _, trained = pretrain_tiny_clip("shapes", steps=30, batch_size=32, seed=3, n_per_class=4, cache=False)
     assert untrained["zero_shot_pretrain"] < 0.05
     assert trained["zero_shot_pretrain"] >= untrained["zero_shot_pretrain"] + 0.08, (untrained, trained)
-
-
-def test_a_build_with_one_thread_and_with_two_gives_bit_identical_weights(tmp_path, monkeypatch):
-    """A caller on one intra-op thread and one on two, each building into its own cache (so both really train),
-    get one cache key, the same bytes and their own thread count back (before the fix these weights differed).
-    Both builds run in this process: the thread count is the caller's setting, not the process's."""
-    files = []
-    for threads in (1, 2):  # the autouse one_thread fixture restores the count afterwards
-        monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / f"t{threads}"))
-        torch.set_num_threads(threads)
-        _, info = pretrain_tiny_clip("shapes", steps=4, batch_size=32, seed=3, n_per_class=4)
-        assert torch.get_num_threads() == threads, "the caller's thread count was not restored"
-        files.append(Path(info["path"]))
-    assert all(str(tmp_path) in str(f) for f in files) and files[0] != files[1]  # two builds, not a cache hit
-    assert files[0].name == files[1].name and files[0].read_bytes() == files[1].read_bytes()
 
 
 def test_captioned_sets():

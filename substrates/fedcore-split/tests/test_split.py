@@ -19,7 +19,6 @@ from fedcore_split import (
     SERVER_OUT,
     SMASHED,
     Segment,
-    SLTurns,
     SplitEval,
     SplitFedV1,
     SplitFedV2,
@@ -43,7 +42,7 @@ FIXTURE = ContractFixture(model_factory=small_vit, data_factory=lambda: tiny_dat
 
 
 @parametrize_with_checks([SplitShare(), SplitShare(server_update="frozen"), SplitShare(cut=1, tail_from=-2,
-                          server_update="copies"), SplitTrain(batch_size=8), SLTurns()])
+                          server_update="copies"), SplitTrain(batch_size=8)])  # SLTurns(): test_registered_contracts
 def test_contract(component, check):
     check(component)
 

@@ -46,12 +46,21 @@ def _mask(shape: str, dx: np.ndarray, dy: np.ndarray, r: float) -> np.ndarray:
 def shapes_dataset(n_per_class: int, *, seed: int = 0, stream: str = "downstream", noise: float = 0.1,
                    background: float = 0.3, size: int = 16) -> ArrayDataset:
     """``n_per_class`` images of every colour-shape class; ``background`` is the max background brightness."""
-    rng = numpy_generator(seed, "shapes", stream)
     names = shape_classnames()
+    x, y = shape_images(n_per_class, len(names), seed=seed, stream=stream, noise=noise, background=background,
+                        size=size)
+    return ArrayDataset(torch.from_numpy(x), torch.as_tensor(y), names)
+
+
+def shape_images(n_per_class: int, classes: int, *, seed: int = 0, stream: str = "downstream", noise: float = 0.1,
+                 background: float = 0.3, size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels of :func:`shapes_dataset`'s first ``classes`` classes (the classes are drawn one after
+    the other from one stream, so the first ones do not depend on how many follow)."""
+    rng = numpy_generator(seed, "shapes", stream)
     colours = list(COLOURS.values())
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
     xs, ys = [], []
-    for label in range(len(names)):
+    for label in range(classes):
         colour = np.asarray(colours[label // len(SHAPES)], dtype=np.float32)
         shape = SHAPES[label % len(SHAPES)]
         for _ in range(n_per_class):
@@ -65,7 +74,7 @@ def shapes_dataset(n_per_class: int, *, seed: int = 0, stream: str = "downstream
             img += rng.normal(0, noise, img.shape).astype(np.float32)
             xs.append(np.clip(img, 0, 1))
             ys.append(label)
-    return ArrayDataset(torch.from_numpy(np.stack(xs)), torch.as_tensor(ys), names)
+    return np.stack(xs), np.asarray(ys, dtype=np.int64)
 
 
 def digits_datasets(*, seed: int = 0, noise: float = 0.25) -> tuple[ArrayDataset, ArrayDataset, ArrayDataset]:

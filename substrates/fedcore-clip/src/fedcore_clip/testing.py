@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from fedcore.data import ArrayDataset
 from fedcore.testing import ContractFixture, tiny_data
 from fedcore_clip.backbone import FrozenCLIP, load_backbone
-from fedcore_clip.captioned import shapes_dataset
+from fedcore_clip.captioned import shape_classnames, shape_images
 from fedcore_clip.learner import PromptedCLIP, prompted_clip
 
 
@@ -44,14 +45,22 @@ def tiny_prompted(num_classes: int = 4, **kw: Any) -> PromptedCLIP:
 
 def shapes_data(n_train: int = 8, n_test: int = 3, classes: int = 6, *, stream: str = "t", noise: float = 0.2):
     """``(train, test)`` colour shapes of the first ``classes`` classes, ``n_train``/``n_test`` per class,
-    drawn from the streams ``"{stream}-train"`` and ``"{stream}-test"``."""
-    train = shapes_dataset(n_train, stream=f"{stream}-train", noise=noise)
-    test = shapes_dataset(n_test, stream=f"{stream}-test", noise=noise)
-    keep_tr = [i for i in range(len(train)) if int(train.y[i]) < classes]
-    keep_te = [i for i in range(len(test)) if int(test.y[i]) < classes]
-    tr, te = train.subset(keep_tr), test.subset(keep_te)
-    tr.classes = te.classes = train.classes[:classes]
-    return tr, te
+    drawn from the streams ``"{stream}-train"`` and ``"{stream}-test"`` (fresh tensors each call; the images are
+    drawn once per process)."""
+    classes = min(classes, len(shape_classnames()))
+    names = shape_classnames()[:classes]
+    out = []
+    for n, split in ((n_train, "train"), (n_test, "test")):
+        x, y = _shape_images(n, classes, f"{stream}-{split}", noise)
+        out.append(ArrayDataset(torch.from_numpy(x.copy()), torch.from_numpy(y.copy()), names))
+    return out[0], out[1]
+
+
+@cache
+def _shape_images(n_per_class: int, classes: int, stream: str, noise: float) -> tuple[Any, Any]:
+    x, y = shape_images(n_per_class, classes, stream=stream, noise=noise)
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
 
 
 def shapes_prompted(classes: int = 6, **kw: Any) -> PromptedCLIP:
