@@ -59,8 +59,14 @@ once. The big smoke runs read nothing cached: they go to whichever worker is fre
 longest chain of the run on the group's one worker)."""
 
 
-@cache
 def planned(name: str, round: int = 0, *sets: str) -> DryRun:
+    """The dry run of round ``round`` of the config (with ``sets``), made once per process: ``planned(name)`` and
+    ``planned(name, 0)`` (as scripts/paper_costs.py's tables ask) are one dry run."""
+    return _planned(name, round, sets)
+
+
+@cache
+def _planned(name: str, round: int, sets: tuple[str, ...]) -> DryRun:
     torch.set_num_threads(1)
     return dry_run(plan(load_config(PAPER / f"{name}.toml", list(sets))), round=round)
 
