@@ -54,6 +54,11 @@ NOTED_KEYS = ("rejected", "dropped", "cancelled", "lost")
 
 BEGIN, END = "<!-- recipe-matrix: begin -->", "<!-- recipe-matrix: end -->"
 
+_COSTS: dict[str, Any] = {}
+"""One cost model (``fedcore.runtime.cost_model.CostModel``) per recipe, shared by its cells' clocks in this process:
+a recipe's shares are the same in every column (the cost model keys a measurement by the share's structure and input
+shape), so the three asynchronous columns measure them once, not three times."""
+
 
 @attrs.frozen(kw_only=True)
 class Cell:
@@ -152,6 +157,9 @@ def run_cell(recipe: str, scheduler: str, *, rounds: int | None = None) -> Cell:
                     seconds=time.perf_counter() - start)
     try:
         m = materialize(checked)
+        clock = m.run_kwargs.get("clock")
+        if clock is not None and hasattr(clock, "model"):  # a SimClock: measure each share shape once per recipe
+            clock.model = _COSTS.setdefault(recipe, clock.model)
         result = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, executor=m.executor, **m.run_kwargs)
         rows = tuple(dict(r) for r in result.history.rows)
     except (Exception, FedcoreError) as exc:  # noqa: BLE001 - a crash of any kind is what the matrix reports
