@@ -112,24 +112,29 @@ def binarize(probs: Mapping[str, torch.Tensor], shape: ViTShape, width: float, *
     if float(kept_ratio(m, shape, inputs=inputs, residual=residual)) <= width + tol:
         return m
     # candidates: kept, learned, unprotected segments, least important first (global order over parts)
-    flat_p, flat_s, where = [], [], []
-    for p in parts:
+    flat_p, flat_s, where = [], [], []  # where: (part number, block, unit) of each candidate
+    for k, p in enumerate(parts):
         if p in fixed:
             continue
         keep = (m[p] > 0) & ~protected[p]
         idx = keep.nonzero()
         flat_p.append(probs[p][keep])
         flat_s.append(scores[p][keep] / (scores[p].abs().max() + 1e-12))
-        where += [(p, int(b), int(u)) for b, u in idx]
-    if not where:
+        where.append(torch.cat([torch.full((len(idx), 1), k, dtype=torch.long), idx], dim=1))
+    candidates = torch.cat(where) if where else torch.zeros(0, 3, dtype=torch.long)
+    if not len(candidates):
         return m
-    order = _rank(torch.cat(flat_p), torch.cat(flat_s)).tolist()
+    order = _rank(torch.cat(flat_p), torch.cat(flat_s))
+    part_of, block_of, unit_of = candidates.unbind(1)
 
     def dropped(n: int) -> dict[str, torch.Tensor]:
+        """``m`` with the ``n`` least important candidates set to 0 (one indexed write per part, not per unit)."""
         out = {p: t.clone() for p, t in m.items()}
-        for i in order[:n]:
-            p, b, u = where[i]
-            out[p][b, u] = 0.0
+        first = order[:n]
+        for k, p in enumerate(parts):
+            mine = first[part_of[first] == k]
+            if len(mine):
+                out[p][block_of[mine], unit_of[mine]] = 0.0
         return out
 
     lo, hi = 0, len(order)  # smallest n whose ratio fits; the ratio falls as n grows
