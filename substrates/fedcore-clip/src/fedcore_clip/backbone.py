@@ -201,16 +201,20 @@ class FrozenCLIP(nn.Module):
         from open_clip.model import text_global_pool
 
         t = self.tower
+        pool = getattr(t, "text_pool_type", "argmax")
+        mask = t.attn_mask
+        if pool == "argmax" and mask is not None:  # causal: tokens after the last end-of-text never reach the pool
+            length = int(ids.argmax(-1).max()) + 1
+            emb, ids, mask = emb[:, :length], ids[:, :length], mask[:length, :length]
         cast = t.transformer.get_cast_dtype() if hasattr(t.transformer, "get_cast_dtype") else emb.dtype
-        x = emb.to(cast) + t.positional_embedding.to(cast)
+        x = emb.to(cast) + t.positional_embedding[:emb.shape[1]].to(cast)
         batch_first = getattr(t.transformer, "batch_first", True)
         if not batch_first:
             x = x.permute(1, 0, 2)
-        x = t.transformer(x, attn_mask=t.attn_mask)
+        x = t.transformer(x, attn_mask=mask)
         if not batch_first:
             x = x.permute(1, 0, 2)
         x = t.ln_final(x)
-        pool = getattr(t, "text_pool_type", "argmax")
         x = text_global_pool(x, ids, pool, eos_token_id=getattr(t, "text_eos_id", None))
         if isinstance(x, tuple):
             x = x[0]
