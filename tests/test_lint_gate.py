@@ -142,13 +142,20 @@ def test_a_failing_lint_stops_the_suite(tmp_path):
 def test_quick_lints_then_runs_all_but_the_integration_and_slow_tests_on_every_core(tmp_path):
     rc, steps, lines = _dev_test(tmp_path, "--quick")
     assert rc == 0
-    assert steps == ["pip", "ruff", "mypy", "pytest"]
-    assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
-                                 "--dist", "loadgroup", "--no-loadscope-reorder"]
+    # lint runs while pytest starts (scripts/dev): ruff then mypy, pytest beside them in either order
+    assert steps[0] == "pip" and sorted(steps[1:]) == ["mypy", "pytest", "ruff"]
+    assert steps.index("ruff") < steps.index("mypy")
+    assert lines[steps.index("pytest")].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow",
+                                                   "-n", "auto", "--dist", "loadgroup", "--no-loadscope-reorder"]
     rc, steps, lines = _dev_test(tmp_path, "--quick", "tests/test_x.py", "-x")  # arguments: no lint, added
     assert rc == 0 and steps == ["pytest"]  # this environment already holds this checkout's packages: no pip
     assert lines[-1].split() == ["-m", "pytest", "-m", "not", "integration", "and", "not", "slow", "-n", "auto",
                                  "--dist", "loadgroup", "--no-loadscope-reorder", "tests/test_x.py", "-x"]
+
+
+def test_a_lint_finding_fails_the_quick_loop_though_its_tests_pass(tmp_path):
+    rc, steps, _ = _dev_test(tmp_path, "--quick", ruff_rc=1)
+    assert rc != 0 and "ruff" in steps
 
 
 def test_flags_alone_run_the_whole_suite_on_every_core_without_lint(tmp_path):

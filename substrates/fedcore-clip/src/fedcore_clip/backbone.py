@@ -196,16 +196,22 @@ class FrozenCLIP(nn.Module):
         feats = self.model.encode_image(self.prep(x))
         return F.normalize(feats, dim=-1) if normalize else feats
 
-    def encode_prompts(self, emb: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Text features (not normalised) from prompt embeddings ``[K, L, d]`` and their token ids ``[K, L]``."""
+    def encode_prompts(self, emb: torch.Tensor, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """Text features (not normalised) from prompt embeddings ``[K, L, d]`` and their token ids ``[K, L]``.
+
+        The causal tower runs only up to the last end-of-text token (``length`` positions, read from ``ids`` unless
+        given; given where ``ids`` has no values, on the meta device): no later position reaches the pooled feature.
+        """
         from open_clip.model import text_global_pool
 
         t = self.tower
         pool = getattr(t, "text_pool_type", "argmax")
         mask = t.attn_mask
         if pool == "argmax" and mask is not None:  # causal: tokens after the last end-of-text never reach the pool
-            length = int(ids.argmax(-1).max()) + 1
-            emb, ids, mask = emb[:, :length], ids[:, :length], mask[:length, :length]
+            if length is None and not ids.is_meta:
+                length = int(ids.argmax(-1).max()) + 1
+            if length is not None:
+                emb, ids, mask = emb[:, :length], ids[:, :length], mask[:length, :length]
         cast = t.transformer.get_cast_dtype() if hasattr(t.transformer, "get_cast_dtype") else emb.dtype
         x = emb.to(cast) + t.positional_embedding[:emb.shape[1]].to(cast)
         batch_first = getattr(t.transformer, "batch_first", True)

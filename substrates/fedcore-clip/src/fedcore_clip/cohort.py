@@ -178,7 +178,9 @@ def _fit(clients: list[_Client], update: PromptUpdate) -> list[float]:
         prompts = [functional_call(clients[i].model.prompt, {n: leaves[n][j] for n in names}, ())
                    for j, i in enumerate(active)]
         ids = torch.cat([clients[i].model.prompt.tokenized for i in active])
-        text = F.normalize(template.backbone.encode_prompts(torch.cat(prompts), ids), dim=-1)
+        lengths = [getattr(clients[i].model.prompt, "text_length", None) for i in active]
+        length = None if None in lengths else max(int(n) for n in lengths if n is not None)
+        text = F.normalize(template.backbone.encode_prompts(torch.cat(prompts), ids, length), dim=-1)
         text = text.reshape(len(active), -1, text.shape[-1])
         total: Any = 0
         values = []

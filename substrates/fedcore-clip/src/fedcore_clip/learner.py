@@ -74,6 +74,9 @@ class CoOpPromptLearner(nn.Module):
         self.classnames = names
         self.n_ctx, self.position, self.csc, self.n_personal = n_ctx, position, csc, n_personal
         self.name_lens = name_lens
+        self.text_length = max(len(ids) for ids in (r[:r.index(eot) + 1] for r in rows))
+        """Positions up to the last end-of-text token: all the causal text tower needs (a plain int, so a copy of
+        the learner on the meta device still knows it)."""
         self.register_buffer("tokenized", tokenized, persistent=False)
         self.register_buffer("token_prefix", emb[:, :1].clone(), persistent=False)
         self.register_buffer("token_suffix", emb[:, 1 + n_ctx:].clone(), persistent=False)
@@ -146,7 +149,8 @@ class PromptedCLIP(nn.Module):
 
     def text_features(self) -> torch.Tensor:
         """L2-normalised class text features ``[K, C]``; differentiable w.r.t. the context."""
-        return F.normalize(self.backbone.encode_prompts(self.prompt(), self.prompt.tokenized), dim=-1)
+        return F.normalize(self.backbone.encode_prompts(self.prompt(), self.prompt.tokenized,
+                                                        getattr(self.prompt, "text_length", None)), dim=-1)
 
     def logits_from_features(self, image_features: torch.Tensor, text_features: torch.Tensor | None = None
                              ) -> torch.Tensor:
