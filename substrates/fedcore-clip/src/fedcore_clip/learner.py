@@ -74,7 +74,7 @@ class CoOpPromptLearner(nn.Module):
         self.classnames = names
         self.n_ctx, self.position, self.csc, self.n_personal = n_ctx, position, csc, n_personal
         self.name_lens = name_lens
-        self.text_length = max(len(ids) for ids in (r[:r.index(eot) + 1] for r in rows))
+        self.text_length = 1 + max(r.index(eot) for r in rows)
         """Positions up to the last end-of-text token: all the causal text tower needs (a plain int, so a copy of
         the learner on the meta device still knows it)."""
         self.register_buffer("tokenized", tokenized, persistent=False)
