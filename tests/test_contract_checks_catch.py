@@ -10,9 +10,9 @@ import fedcore
 from fedcore.builtin import FedAvg
 from fedcore.stash import StashKey
 from fedcore.testing import CHECK_FIXTURE, checks_for
-from fedcore.testing.contracts import check_aggregate_order_invariant, check_select
+from fedcore.testing.contracts import check_aggregate_identity, check_aggregate_order_invariant, check_select
 from fedcore.testing.resume import check_resume_equals_uninterrupted, check_stash_survives_checkpoint
-from fedcore.types import AggregateResult
+from fedcore.types import AggregateResult, Share
 
 VELOCITY = StashKey[dict]("test.velocity")
 
@@ -46,6 +46,41 @@ def test_order_invariance_runs_each_order_on_fresh_state():
     check_aggregate_order_invariant(ServerMomentum(), fixture=CHECK_FIXTURE)  # one shared stash would fail this
     with pytest.raises(AssertionError, match="client order changed entry"):
         check_aggregate_order_invariant(FirstWins(), fixture=CHECK_FIXTURE)
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class HeadShare:
+    """A split that uploads only the last layer (a submodel share: the rest stays on the server)."""
+
+    @fedcore.hookimpl
+    def fedcore_split_model(self, model, client, state, ctx):
+        module = fedcore.builtin.working_copy(model)
+        names = tuple(module.state_dict())
+        return Share(module=module, download=names, upload=tuple(n for n in names if n.startswith(names[-1][:2])))
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class FullState:
+    """Returns the whole model: the uploaded entries averaged, the rest as the model holds them (or moved)."""
+
+    move_the_rest: bool = False
+
+    @fedcore.hookimpl
+    def fedcore_aggregate(self, model, updates, ctx):
+        mean = FedAvg().fedcore_aggregate(model=model, updates=updates, ctx=ctx).state
+        rest = {k: v + 1.0 if self.move_the_rest else v.clone() for k, v in model.state_dict().items()
+                if k not in mean and v.is_floating_point()}
+        assert rest, "the fixture's share must leave entries on the server"
+        return AggregateResult(state={**rest, **mean})
+
+
+def test_aggregate_checks_feed_what_the_share_uploads_and_the_rest_stays_put():
+    """The synthetic updates carry the fixture's uploads only (what a real aggregator of that pipeline receives);
+    aggregating identical updates must leave every entry nobody uploaded as the model holds it."""
+    fixture = attrs.evolve(CHECK_FIXTURE, companions=(HeadShare(),))
+    check_aggregate_identity(FullState(), fixture=fixture)
+    with pytest.raises(AssertionError, match="aggregating identical updates changed entry 0.weight"):
+        check_aggregate_identity(FullState(move_the_rest=True), fixture=fixture)
 
 
 @attrs.frozen(eq=False, kw_only=True)

@@ -173,9 +173,17 @@ def check_local_update(component: Any, fixture: ContractFixture) -> None:
         assert torch.equal(update.tensors[k], update2.tensors[k]), f"entry {k} differs between two runs with one seed"
 
 
-def _fake_updates(model: torch.nn.Module, n: int, seed: int) -> list[ClientUpdate]:
+def _fake_updates(engine: Any, n: int, seed: int) -> list[ClientUpdate]:
+    """``n`` seeded updates of what the fixture's split uploads (every floating entry under the whole-model split;
+    a prompt share's context, not the frozen tower it never sends), each near the global model."""
+    run = engine.run_ctx
+    model = run.server.model
+    share = engine.hooks.fedcore_split_model(model=model, client=run.clients[0],
+                                             state=copy.deepcopy(run.client_states[0]), ctx=round_context(engine))
     g = torch.Generator().manual_seed(seed)
     state = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    uploaded = {k: v for k, v in state.items() if k in set(share.upload)}
+    state = uploaded or state  # upload names outside the model's own (a split's module-relative names): all of it
     return [ClientUpdate(client_id=i, num_examples=10 + i,
                          tensors={k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in state.items()},
                          base={k: v.clone() for k, v in state.items()})
@@ -185,18 +193,20 @@ def _fake_updates(model: torch.nn.Module, n: int, seed: int) -> list[ClientUpdat
 def check_aggregate_identity(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     model = engine.run_ctx.server.model
-    one = _fake_updates(model, 1, fixture.seed)[0]
+    one = _fake_updates(engine, 1, fixture.seed)[0]
     same = [attrs.evolve(one, client_id=i, tensors={k: v.clone() for k, v in one.tensors.items()}) for i in range(3)]
+    held = _state_copy(model)
     out = engine.hooks.fedcore_aggregate(model=model, updates=same, ctx=round_context(engine))
-    for k, v in out.state.items():
-        assert v.shape == one.tensors[k].shape and v.dtype == one.tensors[k].dtype, f"entry {k} changed shape/dtype"
-        assert torch.allclose(v, one.tensors[k], atol=1e-6), f"aggregating identical updates changed entry {k}"
+    for k, v in out.state.items():  # an entry no update carries (a submodel share's rest) stays as the model holds it
+        want = one.tensors[k] if k in one.tensors else held[k]
+        assert v.shape == want.shape and v.dtype == want.dtype, f"entry {k} changed shape/dtype"
+        assert torch.allclose(v, want, atol=1e-6), f"aggregating identical updates changed entry {k}"
 
 
 def check_aggregate_does_not_mutate(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     model = engine.run_ctx.server.model
-    updates = _fake_updates(model, 3, fixture.seed)
+    updates = _fake_updates(engine, 3, fixture.seed)
     saved = [{k: v.clone() for k, v in u.tensors.items()} for u in updates]
     before = _state_copy(model)
     engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
@@ -208,7 +218,7 @@ def check_aggregate_does_not_mutate(component: Any, fixture: ContractFixture) ->
 def check_aggregate_single_client(component: Any, fixture: ContractFixture) -> None:
     engine = build_engine([component], fixture)
     model = engine.run_ctx.server.model
-    out = engine.hooks.fedcore_aggregate(model=model, updates=_fake_updates(model, 1, fixture.seed),
+    out = engine.hooks.fedcore_aggregate(model=model, updates=_fake_updates(engine, 1, fixture.seed),
                                          ctx=round_context(engine))
     assert out.state, "aggregating one update returned no state"
 
@@ -219,7 +229,7 @@ def check_aggregate_order_invariant(component: Any, fixture: ContractFixture) ->
     for reverse in (False, True):
         engine = build_engine([component], fixture)
         model = engine.run_ctx.server.model
-        updates = _fake_updates(model, 3, fixture.seed)
+        updates = _fake_updates(engine, 3, fixture.seed)
         order = list(reversed(updates)) if reverse else updates
         results.append(engine.hooks.fedcore_aggregate(model=model, updates=order, ctx=round_context(engine)))
     a, b = results
@@ -235,7 +245,7 @@ def check_aggregate_stays_on_the_models_device(component: Any, fixture: Contract
     engine = build_engine([component], fixture)
     model = engine.run_ctx.server.model
     for seed in (fixture.seed, fixture.seed + 1):
-        updates = _fake_updates(model, 3, seed)
+        updates = _fake_updates(engine, 3, seed)
         with DefaultDeviceAudit():
             engine.hooks.fedcore_aggregate(model=model, updates=updates, ctx=round_context(engine))
 

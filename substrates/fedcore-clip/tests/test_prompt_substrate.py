@@ -40,8 +40,9 @@ def backbone_hash(model) -> str:
     return h.hexdigest()
 
 
-# PromptShare() and PromptEval() with their defaults on this fixture: tests/test_registered_contracts.py (as declared)
-@parametrize_with_checks([PromptUpdate(epochs=1, lr=0.01)], fixture=helpers.PROMPT_FIXTURE)
+# PromptShare() and PromptEval() with their defaults: tests/test_registered_contracts.py (as declared); the prompt
+# update there runs beside the prompt share, here under the whole-model split (the frozen tower sent and averaged too)
+@parametrize_with_checks([PromptUpdate(epochs=1, lr=0.01)], fixture=helpers.WHOLE_MODEL_PROMPT_FIXTURE)
 def test_contract(component, check):
     check(component)
 

@@ -31,9 +31,9 @@ class PromptShare:
     @classmethod
     def __fedcore_checks__(cls) -> Any:  # how the contract checks build and run it (fedcore.testing.CheckPlan)
         from fedcore.testing import CheckPlan
-        from fedcore_clip.testing import PROMPT_FIXTURE
+        from fedcore_clip.testing import WHOLE_MODEL_PROMPT_FIXTURE
 
-        return CheckPlan(fixture=PROMPT_FIXTURE)
+        return CheckPlan(fixture=WHOLE_MODEL_PROMPT_FIXTURE)
 
     @fedcore.hookimpl
     def fedcore_split_model(self, model: Any, client: Any, state: ClientState, ctx: Any) -> Share:
