@@ -4,7 +4,7 @@
    parameter of both towers trained, downloaded and uploaded) vs the image tower + head baseline.
 2. Local-update time with cached frozen image features vs re-encoding the images every step.
 3. Trainable-parameter ratios for the tiny CLIP and for the real RN50 / ViT-B-16 architectures
-   (random weights: only the counts matter).
+   (built on the meta device: only the counts matter).
 
     nice python benchmarks/prompt_costs.py            # add --big to time a random-weight RN50 at 224 px too
 """

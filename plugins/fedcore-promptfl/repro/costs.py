@@ -3,7 +3,7 @@
 Nothing here depends on a seed, so it is not a sweep (the seeded accuracies are repro/promptfl_sweep.toml):
 the bytes per round come from the ledger of one round of each pipeline at the sweep's setting (10 clients, the
 tiny CLIP; a share's size does not depend on the seed), the learnable share and the RN50 / ViT-B-16 sizes are
-parameter counts (``prompt_ratios`` builds the open_clip architectures with random weights, nothing is
+parameter counts (``prompt_ratios`` builds the open_clip architectures on the meta device, nothing is
 downloaded), Table 4.1 is ``system_cost``'s closed form and the zero-shot accuracy is the fixed backbone's.
 
     cd plugins/fedcore-promptfl

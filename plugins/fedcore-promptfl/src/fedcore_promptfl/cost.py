@@ -3,7 +3,7 @@
 ``system_cost`` is the thesis's back-of-the-envelope model made exact (spec 003a B1): communication time
 from bytes and link rates, training FLOPs ``6·params·epochs·batch·seq`` (the thesis's "2·3·"),
 inference FLOPs ``2·params·seq`` and storage ``params·bytes``. ``prompt_ratios`` builds the chosen
-open_clip architecture with random weights (``pretrained=None``; only the counts matter) and reports
+open_clip architecture on the meta device (shapes without weights; only the counts matter) and reports
 how many times larger a fine-tuning upload is than a prompt upload; the thesis's "up to 110x" does not
 follow from these counts (see the README).
 """
@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 import attrs
+import torch
 
 from fedcore_clip import create_clip, parameter_counts
 
@@ -54,10 +55,13 @@ def system_cost(*, params: float, rounds: int = 100, batch: int = 32, epochs: in
 
 @cache
 def clip_counts(name: str) -> dict[str, int]:
-    """Real parameter counts of an open_clip architecture (built once with random weights, nothing downloaded),
-    with its text token width and joint embedding width."""
+    """Real parameter counts of an open_clip architecture, with its text token width and joint embedding width.
+
+    Built once on the meta device: the real shapes, so the real counts, without drawing ~100 M random weights
+    (RN50 in 0.05 s instead of 1.2 s); nothing is downloaded."""
     # open_clip's CLIP: its text tower and token embedding are attributes mypy cannot see (open_clip is untyped)
-    model: Any = create_clip(name, pretrained=None)
+    with torch.device("meta"):
+        model: Any = create_clip(name, pretrained=None)
     tower = model.text if hasattr(model, "text") else model
     counts = parameter_counts(model)
     counts["token_width"] = int(tower.token_embedding.weight.shape[1])
