@@ -1,5 +1,6 @@
 """fedcore_distill: losses against hand computations, the message protocol and its ledger, sample-id alignment,
 the p-group partition, costs at paper scale, bad input, and resume = an uninterrupted run."""
+import functools
 import math
 
 import numpy as np
@@ -34,6 +35,19 @@ def micro_run(recipe="fedvkd", rounds=2, run_kwargs=None, **overrides):
     pipe = fedcore.recipe(recipe, **overrides)
     return pipe.run(model=fedvkd_model(**MICRO), train=train, test=test, num_clients=3, rounds=rounds, seed=0,
                     **(run_kwargs or {}))
+
+
+@functools.cache
+def paper_run(rounds):
+    """The recipe's defaults: shared by the tests that read the same run (read, never changed)."""
+    return micro_run(rounds=rounds)
+
+
+@functools.cache
+def eval_pass_run(head):
+    """One round whose soft labels come from an eval-mode pass of the server, through head ``head``."""
+    return micro_run(rounds=1, aggregate={"logits_pass": "eval", "server_logits_head": head},
+                     evaluate={"name": "kd-eval", "eval_head": head})
 
 
 # ---- losses (spec 002 Sec. 5) ----
@@ -81,7 +95,7 @@ def test_hybrid_vit_tokens_and_heads():
 # ---- the protocol and the ledger ----
 
 def test_the_ledger_carries_exactly_the_message_fields():
-    result = micro_run(rounds=2)
+    result = paper_run(2)
     rows = [r for r in result.run.ledger.to_rows() if r["nbytes"] > 0]
     kinds = {(r["direction"], r["kind"]) for r in rows}
     assert kinds == {("up", "sample_ids"), ("up", "features"), ("up", "logits"), ("up", "labels"),
@@ -98,7 +112,7 @@ def test_the_ledger_carries_exactly_the_message_fields():
 
 
 def test_server_logits_reach_their_samples_by_id_under_shuffling():
-    result = micro_run(rounds=1, aggregate={"logits_pass": "eval"})
+    result = eval_pass_run("mean")  # the default head
     system, views = result.model, result.run.server.aux.per_client  # the server-state channel keeps them
     train, _ = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
     from fedcore_distill import edge_of
@@ -117,7 +131,7 @@ def test_server_logits_reach_their_samples_by_id_under_shuffling():
 
 
 def test_round_zero_is_ce_only_and_later_rounds_distil():
-    result = micro_run(rounds=2)
+    result = paper_run(2)
     rows = result.history.rows
     assert rows[0]["bytes_down"] == 0 and rows[1]["bytes_down"] > 0
     # the clients' KD loss reaches the history (engine's client-metric columns): no teacher in round 0, then some
@@ -263,7 +277,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_edge_init_is_independent_per_client_and_seeded():
-    result = micro_run(rounds=1)
+    result = paper_run(1)
     states = result.run.client_states
     w0, w1 = (states[c].tensors["edge.extractor.0.weight"] for c in (0, 1))
     assert not torch.equal(w0, w1)
@@ -309,7 +323,7 @@ def test_extract_augment_extracts_from_augmented_images_in_eval_mode():
     assert not edge.training
     kd = {"name": "edge-kd-train", "extract_augment": True}
     on = micro_run(rounds=1, local_update=kd).run.server.aux.per_client  # the server-state channel keeps them
-    off = micro_run(rounds=1).run.server.aux.per_client
+    off = paper_run(1).run.server.aux.per_client
     assert any(not torch.equal(on[c]["teacher_logits"], off[c]["teacher_logits"]) for c in on)
 
 
@@ -321,8 +335,7 @@ def test_server_logits_head_and_eval_head_pick_a_server_output():
 
     train, _ = synth_patterns_dataset(n=48, n_test=16, num_classes=4, size=8)
     for head in ("mean", "cls", "dist"):
-        result = micro_run(rounds=1, aggregate={"logits_pass": "eval", "server_logits_head": head},
-                           evaluate={"name": "kd-eval", "eval_head": head})
+        result = eval_pass_run(head)
         system, views = result.model, result.run.server.aux.per_client
         cid = next(iter(views))
         edge = edge_of(system, result.run.client_states[cid], cid, 0).eval()

@@ -3,6 +3,7 @@
 ``edge_kd_form = "eq6"`` (A2), ``edge_head = "light"`` (Sec. 1.2 / A3), ``patch_embed_location = "edge"`` (A4),
 ``feature_memory`` (A21), ``async_scope`` / ``server_epochs_async`` (Sec. 1.6 / A11), ``count_eval_traffic``
 (Sec. 1.4), and the frozen-extractor control of the FedVKD sweep (``freeze_extractor``)."""
+import functools
 import math
 
 import pytest
@@ -25,6 +26,12 @@ def micro_run(rounds=2, model=None, run_kwargs=None, **overrides):
     pipe = fedcore.recipe("fedvkd", **overrides)
     return pipe.run(model=model or fedvkd_model(**MICRO), train=train, test=test, num_clients=CLIENTS,
                     rounds=rounds, seed=0, **(run_kwargs or {}))
+
+
+@functools.cache
+def paper_run():
+    """The recipe's defaults for 2 rounds: the baseline four tests compare an option against (read, never changed)."""
+    return micro_run(rounds=2)
 
 
 def _softmax(v, t=1.0):
@@ -108,7 +115,7 @@ def test_patch_embedding_on_the_edge_uploads_token_maps_and_stays_untrained():
     result = micro_run(rounds=2, model=model)
     up = result.ledger.by_kind(round=0)
     assert up[("up", "features")] == N * 16 * 2 * 2 * 4  # 64 floats per sample, not the 256 of the map
-    server_side = micro_run(rounds=1).ledger.by_kind(round=0)
+    server_side = paper_run().ledger.by_kind(round=0)
     assert server_side[("up", "features")] == N * FEATURE_FLOATS * 4
     for cid in range(CLIENTS):  # no loss reaches the edge's embedding: it keeps its initial weights
         trained = edge_of(result.model, result.run.client_states[cid], cid, 0)
@@ -133,7 +140,7 @@ def test_feature_memory_trains_on_the_last_rounds_and_holds_their_packets():
     rows = micro_run(rounds=3, aggregate={"feature_memory": 2}).history.rows
     assert [r["agg_server_train_samples"] for r in rows] == [N, 2 * N, 2 * N]
     assert [r["agg_feature_store_bytes"] for r in rows] == [_packet_bytes(N)] * 3  # one round kept for the next
-    paper = micro_run(rounds=2)
+    paper = paper_run()
     assert [r["agg_server_train_samples"] for r in paper.history.rows] == [N, N]
     assert [r["agg_feature_store_bytes"] for r in paper.history.rows] == [0, 0]
     assert FEATURE_STORE not in paper.run.server.stash
@@ -168,7 +175,7 @@ def test_async_scope_store_trains_on_the_latest_packet_of_every_client():
 
 
 def test_barrier_round_ignores_server_epochs_async_and_equals_arrival_scope():
-    plain = micro_run(rounds=2)
+    plain = paper_run()
     other = micro_run(rounds=2, aggregate={"async_scope": "store", "server_epochs_async": 1})
     assert [r["agg_server_epochs"] for r in other.history.rows] == [3.0, 3.0]  # every client arrived
     assert [r["test_accuracy"] for r in other.history.rows] == [r["test_accuracy"] for r in plain.history.rows]
@@ -180,7 +187,7 @@ def test_barrier_round_ignores_server_epochs_async_and_equals_arrival_scope():
 
 def test_count_eval_traffic_books_every_clients_test_features():
     counted = micro_run(rounds=2, evaluate={"name": "kd-eval", "count_eval_traffic": True})
-    plain = micro_run(rounds=2)
+    plain = paper_run()
     for r in (0, 1):
         kinds = counted.ledger.by_kind(round=r)
         assert kinds[("up", "eval_features")] == CLIENTS * N_TEST * FEATURE_FLOATS * 4
