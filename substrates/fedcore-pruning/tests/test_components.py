@@ -1,4 +1,6 @@
 """The substrate's components: submodel-share, submodel-train and masked-delta, alone and in runs."""
+import functools
+
 import attrs
 import pytest
 import torch
@@ -176,13 +178,26 @@ def test_full_width_fedrolex_is_uniform_fedavg():
     assert not all(torch.allclose(runs["fedavg"][k], start[k], atol=1e-4) for k in start)  # it did train
 
 
-@pytest.mark.parametrize("recipe", ["fedrolex", "heterofl"])
-def test_stale_submodel_updates_merge_under_semi_async(recipe):
+SEMI_ASYNC_PROFILES = ["watch", "phone", "laptop", "laptop"]
+
+
+def semi_async_run(recipe, checkpoint=None, on_round=None):
+    """4 rounds of ``recipe`` under semi-async on devices of very different speeds: some updates arrive stale."""
     train, test = tiny_data(n=64, n_test=24)
     pipe = fedcore.recipe(recipe, schedule={"name": "semi-async", "mu": 0.5, "t_clk": 0.0})
-    result = pipe.run(model=vit(), train=train, test=test, num_clients=4, rounds=4, seed=0, clock=SimClock(),
-                      profiles=["watch", "phone", "laptop", "laptop"])
-    rows = result.history.rows
+    return pipe.run(model=vit(), train=train, test=test, num_clients=4, rounds=4, seed=0, clock=SimClock(),
+                    profiles=SEMI_ASYNC_PROFILES, checkpoint=checkpoint, on_round=on_round)
+
+
+@functools.cache
+def uninterrupted_semi_async_run(recipe):
+    """The plain run of :func:`semi_async_run`: read by two tests, never changed."""
+    return semi_async_run(recipe)
+
+
+@pytest.mark.parametrize("recipe", ["fedrolex", "heterofl"])
+def test_stale_submodel_updates_merge_under_semi_async(recipe):
+    rows = uninterrupted_semi_async_run(recipe).history.rows
     assert any(r.get("max_staleness") for r in rows), "the profiles should make some update stale"
     assert not any(r.get("share_changed") for r in rows), "stale submodel updates must merge, not be dropped"
     assert all(r["clients"] for r in rows)
@@ -195,24 +210,16 @@ class Crash(Exception):
 def test_semi_async_fedrolex_resumed_with_updates_in_flight_equals_the_uninterrupted_run(tmp_path):
     from fedcore.engine.checkpoint import Checkpointer, list_checkpoints, read_checkpoint
 
-    train, test = tiny_data(n=64, n_test=24)
-    profiles = ["watch", "phone", "laptop", "laptop"]
-
-    def run(checkpoint=None, on_round=None):
-        pipe = fedcore.recipe("fedrolex", schedule={"name": "semi-async", "mu": 0.5, "t_clk": 0.0})
-        return pipe.run(model=vit(), train=train, test=test, num_clients=4, rounds=4, seed=0, clock=SimClock(),
-                        profiles=profiles, checkpoint=checkpoint, on_round=on_round)
-
-    full = run()
+    full = uninterrupted_semi_async_run("fedrolex")
 
     def crash(record):
         if record["round"] == 1:
             raise Crash
 
     with pytest.raises(Crash):
-        run(Checkpointer(tmp_path, every=1), crash)
+        semi_async_run("fedrolex", Checkpointer(tmp_path, every=1), crash)
     assert read_checkpoint(list_checkpoints(tmp_path)[-1])[0]["runtime"]["in_flight"], "no update was in flight"
-    resumed = run(Checkpointer(tmp_path, every=1, resume=True))
+    resumed = semi_async_run("fedrolex", Checkpointer(tmp_path, every=1, resume=True))
     assert resumed.history.comparable() == full.history.comparable()
     for k, v in full.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k]), k
