@@ -1,6 +1,8 @@
 """The layer profiler: exact FLOPs on Linear layers, a micro ViT and ResNet cut into units, bad models."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -15,6 +17,12 @@ def micro_vit(embed_dim: int = 32, depth: int = 3) -> nn.Module:
     torch.manual_seed(0)
     return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=depth,
                              embed_dim=embed_dim, num_heads=2, num_classes=10)
+
+
+@functools.cache
+def micro_vit_profile():
+    """The default micro ViT profiled on a batch of two: read by the client-memory tests, never changed."""
+    return profile_model(micro_vit(), torch.randn(2, 3, 32, 32))
 
 
 def test_linear_sequential_matches_analytic_flops_exactly():
@@ -145,7 +153,7 @@ def test_timm_mobilenets_and_vgg_are_cut_into_stem_stages_and_head(arch, names):
 
 
 def test_client_memory_grows_with_the_split():
-    profile = profile_model(micro_vit(), torch.randn(2, 3, 32, 32))
+    profile = micro_vit_profile()
     sizes = [profile.client_memory_bytes(s, batch_size=8) for s in range(2, profile.n_units + 1)]
     assert sizes == sorted(sizes) and sizes[0] > 0
     stem = profile.units[0]
@@ -154,7 +162,7 @@ def test_client_memory_grows_with_the_split():
 
 @pytest.mark.parametrize("split", [1, 6])
 def test_client_part_outside_the_model_is_one_clear_error(split):
-    profile = profile_model(micro_vit(), torch.randn(2, 3, 32, 32))
+    profile = micro_vit_profile()
     with pytest.raises(ConfigError, match=rf"split={split} is outside the model.*5 units.*2\.\.5"):
         profile.client_memory_bytes(split, batch_size=1)
 
