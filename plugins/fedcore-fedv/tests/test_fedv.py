@@ -206,10 +206,10 @@ def test_fedvz_strict_sends_no_gradient_at_all():
 
 def test_fedv_and_fedvz_learn_from_a_randomly_initialised_encoder():
     """small_vit() is a seeded random ViT, not a pre-trained one: both methods must learn the 4-class toy task
-    from scratch (chance 0.25) within 4 rounds."""
+    from scratch (chance 0.25) within 3 rounds (0.21, 0.46, 0.71 with this seed)."""
     for component in (FedV(batch_size=4, lr_client=1e-2, local_epochs=3, fedround=1),
                       FedVZ(batch_size=4, lr_client=1e-2, local_epochs=3, fedround=1)):
-        result = _run(component, rounds=4)
+        result = _run(component, rounds=3)
         accs = result.history.column("test_accuracy")
         assert accs[-1] > 0.6 and accs[-1] > accs[0], accs
 
