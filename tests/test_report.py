@@ -7,6 +7,8 @@ import pytest
 
 from fedcore.cli import main
 
+pytestmark = pytest.mark.xdist_group("report")  # every test reads the module's two runs: one worker builds them once
+
 CONFIG = textwrap.dedent("""
     rounds = 3
     num_clients = 3
