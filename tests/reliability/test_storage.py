@@ -18,6 +18,10 @@ from fedcore.engine.checkpoint import JOURNALS, list_checkpoints, read_checkpoin
 from fedcore.experiment.runner import prepare, run_experiment
 
 ROUNDS = 6
+STORAGE_RUNS = pytest.mark.xdist_group("storage-runs")
+"""The cases that start from the shared reference and crashed runs (here and in test_checkpoint_content.py) run on
+one xdist worker, which makes those runs once."""
+pytestmark = STORAGE_RUNS
 
 
 def _reference(root):
