@@ -138,7 +138,11 @@ def built_once(path: Path, build: Callable[[Path], object]) -> object:
     same reference and crashed runs, which their damage and resume never touch (each case works on a copy)."""
     if path not in _BUILT:
         path.mkdir(parents=True)
-        _BUILT[path] = build(path)
+        try:
+            _BUILT[path] = build(path)
+        except BaseException:  # the next case builds again (and fails with the same error, not a stale directory)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
     return _BUILT[path]
 
 
