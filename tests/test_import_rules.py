@@ -8,22 +8,33 @@
 4. No import cycle among core modules at import time. An import inside a function that would close a cycle if it
    were at module level is listed in :data:`LAZY_CYCLE_BREAKERS` with the reason it stays lazy.
 5. No script under ``examples/`` imports a plugin's or substrate's package (a method's script is in its ``repro/``).
+6. The core imports no substrate and no plugin: layers point one way (core <- substrates <- plugins). No module
+   under ``fedcore/`` imports ``fedcore_<anything>`` (the substrates and every plugin package), peft or open_clip,
+   and timm only inside a function body (so ``import fedcore`` never needs timm); literal
+   ``importlib.import_module("...")`` / ``__import__("...")`` calls count as imports. A second check imports every
+   core module in a fresh interpreter and looks at ``sys.modules``.
 
 Edges are static imports (``import a.b``, ``from a import b``, relative ones resolved); ``from package import
-name`` points at the submodule when ``name`` is one. ``tests/test_import_graph.py`` keeps its own rule (the core
-imports no substrate, no plugin, no heavy library at import time).
+name`` points at the submodule when ``name`` is one. Every source file is parsed once per test process
+(:func:`scan`); the rules read the same scans, and the tests that scan the real tree run on one xdist worker.
 """
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+import functools
 from pathlib import Path
+import subprocess
+import sys
+import textwrap
 
 import attrs
 import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
+REAL_TREE = pytest.mark.xdist_group("import-rules")
+"""The tests that scan the real tree: one worker runs them, so each file is parsed once per run."""
 
 CONTRACT = ("fedcore.hookspecs", "fedcore.types", "fedcore.contexts", "fedcore.network", "fedcore.jobs",
             "fedcore.runtime.clock", "fedcore.markers")
@@ -65,6 +76,74 @@ def modules_of(src: Path) -> dict[str, Path]:
     return out
 
 
+@attrs.frozen
+class Found:
+    """One import as written: ``import name`` (one per alias), ``from module import names`` (``level`` dots), or a
+    literal ``importlib.import_module("name")`` / ``__import__("name")`` call."""
+
+    kind: str  # "import", "from" or "call"
+    name: str  # the imported module ("" for ``from . import x``)
+    level: int
+    names: tuple[str, ...]  # what a ``from`` import takes
+    line: int
+    in_function: bool  # inside a function or lambda body
+    typing_only: bool  # under ``if TYPE_CHECKING:``
+
+
+_CALLS = ("import_module", "__import__")
+
+
+def scan(source: str, filename: str) -> tuple[Found, ...]:
+    """Every import of a source text, in the order it is written, parsed once per process (the rules below read
+    the same files). ``filename`` names the file in a syntax error."""
+    try:
+        return _scan(source)
+    except SyntaxError:
+        ast.parse(source, filename)  # the same error, naming the file
+        raise
+
+
+@functools.cache
+def _scan(source: str) -> tuple[Found, ...]:
+    """Import statements sit only in statement bodies, so expressions are entered only where the text can hold
+    an import call."""
+    found: list[Found] = []
+    calls = any(name in source for name in _CALLS)
+
+    def visit(node: ast.AST, in_function: bool, typing_only: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            in_function = True
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            if calls:
+                visit(node.test, in_function, typing_only)
+            for child in node.body:
+                visit(child, in_function, True)
+            for child in node.orelse:
+                visit(child, in_function, typing_only)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(Found("import", a.name, 0, (), node.lineno, in_function, typing_only) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append(Found("from", node.module or "", node.level, tuple(a.name for a in node.names), node.lineno,
+                               in_function, typing_only))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in _CALLS:
+                found.append(Found("call", node.args[0].value, 0, (), node.lineno, in_function, typing_only))
+        for child in ast.iter_child_nodes(node):
+            if calls or isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                visit(child, in_function, typing_only)
+
+    visit(ast.parse(source), False, False)
+    return tuple(found)
+
+
+def scan_file(path: Path) -> tuple[Found, ...]:
+    return scan(path.read_text(), str(path))
+
+
 def imports_of(modules: dict[str, Path], known: Iterable[str] = ()) -> list[Import]:
     """Every static import of every module; targets inside ``modules`` or ``known`` resolve to the nearest module."""
     names = set(modules) | set(known)
@@ -83,32 +162,20 @@ def _imports_of_module(module: str, path: Path, names: set[str]) -> list[Import]
             target = target.rsplit(".", 1)[0]
         return target
 
-    def visit(node: ast.AST, lazy: bool, typing_only: bool) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            lazy = True
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                visit(child, lazy, True)
-            for child in node.orelse:
-                visit(child, lazy, typing_only)
-            return
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                found.append(Import(module, nearest(alias.name), node.lineno, lazy, typing_only))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
+    for f in scan_file(path):
+        if f.kind == "import":
+            found.append(Import(module, nearest(f.name), f.line, f.in_function, f.typing_only))
+        elif f.kind == "from":
+            if f.level:
                 base = module.split(".") if is_package else module.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                origin = ".".join(base + ([node.module] if node.module else []))
+                base = base[:len(base) - (f.level - 1)]
+                origin = ".".join(base + ([f.name] if f.name else []))
             else:
-                origin = node.module or ""
-            for alias in node.names:
-                sub = f"{origin}.{alias.name}"
-                found.append(Import(module, sub if sub in names else nearest(origin), node.lineno, lazy, typing_only))
-        for child in ast.iter_child_nodes(node):
-            visit(child, lazy, typing_only)
-
-    visit(ast.parse(path.read_text(), str(path)), False, False)
+                origin = f.name
+            for alias in f.names:
+                sub = f"{origin}.{alias}"
+                found.append(Import(module, sub if sub in names else nearest(origin), f.line, f.in_function,
+                                    f.typing_only))
     return found
 
 
@@ -167,6 +234,7 @@ def contract_problems(src: Path, contract: Iterable[str] = CONTRACT,
     return problems
 
 
+@REAL_TREE
 def test_contract_modules_import_nothing_from_engine_builtins_or_experiments():
     assert contract_problems(ROOT) == []
 
@@ -218,6 +286,7 @@ def layer_problems(substrates: list[Distribution], plugins: list[Distribution]) 
     return problems
 
 
+@REAL_TREE
 def test_no_substrate_imports_a_plugin_and_plugins_import_only_declared_plugins():
     assert layer_problems(distributions(ROOT / "substrates"), distributions(ROOT / "plugins")) == []
 
@@ -238,6 +307,7 @@ def example_problems(examples: Path, packages: Iterable[str]) -> list[str]:
     return problems
 
 
+@REAL_TREE
 def test_examples_hold_no_plugin_specific_script():
     packages = [d.package for d in distributions(ROOT / "substrates") + distributions(ROOT / "plugins")]
     assert example_problems(ROOT / "examples", packages) == []
@@ -305,8 +375,65 @@ def cycle_problems(src: Path, package: str = "fedcore", lazy_allowed: dict | Non
     return problems
 
 
+@REAL_TREE
 def test_no_import_cycle_among_core_modules_and_every_lazy_cycle_breaker_is_listed():
     assert cycle_problems(ROOT) == []
+
+
+# -- rule 6: the core imports no substrate, no plugin, no peft or open_clip, and timm only lazily ------------------
+
+CORE = ROOT / "fedcore"
+NEVER = ("peft", "open_clip")          # not even inside a function
+LAZY_ONLY = ("timm",)                  # inside a function body only
+
+
+def _forbidden_top(name: str) -> bool:
+    top = name.partition(".")[0]
+    return top.startswith("fedcore_") or top in NEVER
+
+
+def imports(source: str, filename: str) -> list[tuple[str, int, bool]]:
+    """(module, line, inside a function) for every static or literal dynamic import of a source text (relative
+    imports name no other layer)."""
+    return [(f.name, f.line, f.in_function) for f in scan(source, filename)
+            if f.kind != "from" or (f.level == 0 and f.name)]
+
+
+def violations(source: str, filename: str) -> list[str]:
+    out = []
+    for module, line, in_function in imports(source, filename):
+        top = module.partition(".")[0]
+        if _forbidden_top(module):
+            out.append(f"{filename}:{line}: imports {module}")
+        elif top in LAZY_ONLY and not in_function:
+            out.append(f"{filename}:{line}: imports {module} at import time (import it inside the function)")
+    return out
+
+
+@REAL_TREE
+def test_no_core_module_imports_a_substrate_a_plugin_peft_or_open_clip():
+    files = sorted(CORE.rglob("*.py"))
+    assert len(files) > 50
+    bad = [v for f in files for v in violations(f.read_text(), str(f.relative_to(ROOT)))]
+    assert not bad, "the core must not import these:\n" + "\n".join(bad)
+
+
+@pytest.mark.integration
+def test_importing_every_core_module_loads_no_substrate_plugin_or_optional_backbone_library():
+    code = textwrap.dedent("""
+        import importlib, pkgutil, sys
+        import fedcore
+        for info in pkgutil.walk_packages(fedcore.__path__, "fedcore."):
+            importlib.import_module(info.name)
+        bad = sorted(m for m in sys.modules
+                     if m.partition(".")[0].startswith("fedcore_")
+                     or m.partition(".")[0] in ("peft", "open_clip", "timm"))
+        print(len([m for m in sys.modules if m.startswith("fedcore.")]), bad)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    count, bad = out.stdout.strip().split(" ", 1)
+    assert int(count) > 50 and bad == "[]", out.stdout
 
 
 # -- each rule fails on a deliberately bad import ---------------------------------------------------------------
@@ -370,3 +497,25 @@ def test_the_cycle_rule_fails_on_a_cycle_and_on_an_unlisted_lazy_cycle_breaker(t
     (src / "fedcore" / "b.py").write_text("x = 1\n")
     assert cycle_problems(src, lazy_allowed={("fedcore.b", "fedcore.a"): "why"}) == [
         "LAZY_CYCLE_BREAKERS lists fedcore.b -> fedcore.a, which no longer dodges a cycle: drop it"]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import fedcore_split", "imports fedcore_split"),
+    ("from fedcore_lora.share import LoRAShare", "imports fedcore_lora.share"),
+    ("def f():\n    import fedcore_clip.backbone", "imports fedcore_clip.backbone"),
+    ("from fedcore_robust import TrimmedMean", "imports fedcore_robust"),
+    ("def f():\n    from peft import LoraConfig", "imports peft"),
+    ("import open_clip", "imports open_clip"),
+    ("import importlib\nimportlib.import_module('fedcore_fedv.spsa')", "imports fedcore_fedv.spsa"),
+    ("from timm.layers import ConvNormAct", "at import time"),
+    ("class A:\n    import timm", "at import time"),
+])
+def test_the_scan_catches_each_kind_of_forbidden_import(source, expected):
+    (found,) = violations(source, "fedcore/x.py")
+    assert expected in found
+
+
+def test_the_scan_allows_what_the_core_may_do():
+    ok = ("import torch\nfrom fedcore.errors import ConfigError\n"
+          "def f():\n    from timm.models import vision_transformer\n")
+    assert violations(ok, "fedcore/x.py") == []

@@ -7,6 +7,8 @@ import pytest
 
 from fedcore.cli import main
 
+pytestmark = pytest.mark.xdist_group("report")  # every test reads the module's two runs: one worker builds them once
+
 CONFIG = textwrap.dedent("""
     rounds = 3
     num_clients = 3
@@ -108,3 +110,27 @@ def test_report_bad_input(runs, tmp_path, capsys):
     assert main(["report", str(a), "--metric", "f1", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "no run recorded 'f1'" in err and "test_accuracy" in err
+
+
+def test_a_plot_is_laid_out_and_written_as_tight_layout_and_savefig_do(tmp_path):
+    """``plots._save`` runs the tight-layout engine without leaving an engine on the figure, so ``savefig`` skips
+    its extra draw; the file is byte for byte the one ``Figure.tight_layout`` and ``savefig`` write."""
+    from fedcore.experiment import plots
+
+    plt = plots._pyplot()
+
+    def figure():
+        fig, ax = plt.subplots(figsize=(2.6, 1.8), dpi=60)
+        ax.plot([1, 2, 3], [0.2, 0.5, 0.4], marker="o", label="a run")
+        ax.set_xlabel("round (aggregations done)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title("test_accuracy vs round")
+        ax.legend(loc="lower right", fontsize=8)
+        return fig
+
+    fig = figure()
+    fig.tight_layout()
+    fig.savefig(tmp_path / "tight_layout.png")
+    plt.close(fig)
+    assert plots._save(figure(), tmp_path / "engine.png") == tmp_path / "engine.png"
+    assert (tmp_path / "engine.png").read_bytes() == (tmp_path / "tight_layout.png").read_bytes()

@@ -26,6 +26,21 @@ def _pyplot() -> Any:  # the matplotlib.pyplot module, Agg backend
     return plt
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out as ``Figure.tight_layout`` does, write it, close it. The layout engine is run without being
+    set on the figure: ``tight_layout`` leaves a placeholder engine behind, and for a figure with an engine
+    ``savefig`` draws everything once more, with rendering off, before the real draw (a fifth of a report's plotting
+    time). The file is the same byte for byte (tests/test_report.py checks it)."""
+    from matplotlib.layout_engine import TightLayoutEngine
+
+    # Figure.tight_layout's engine: pad 1.08 and rect None (the stubs say a tuple, but (0, 0, 1, 1) would add a
+    # second layout pass and may move a subplot by a rounding error)
+    TightLayoutEngine(rect=None).execute(fig)  # type: ignore[arg-type]
+    fig.savefig(path)
+    _pyplot().close(fig)
+    return path
+
+
 def _series(rows: Sequence[dict[str, Any]], x_of: XOf, metric: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for r in rows:
@@ -58,10 +73,7 @@ def _line_plot(runs: Sequence[RunRecord], metric: str, x_of: XOf, xlabel: str, t
         ax.set_xscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize=8, frameon=True)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def accuracy_vs_round(runs: Sequence[RunRecord], metric: str, out: Path) -> Path | None:
@@ -116,11 +128,7 @@ def participation(runs: Sequence[RunRecord], out: Path) -> Path | None:
         right.set_ylim(-0.5, n - 0.5)
         right.set_title(f"mean {counts.mean():.1f}, min {counts.min():.0f}, max {counts.max():.0f}", fontsize=9)
         right.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    path = out / "participation.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "participation.png")
 
 
 def band_vs_round(groups: Mapping[str, Sequence[RunRecord]], metric: str, out: Path) -> Path | None:
@@ -149,11 +157,7 @@ def band_vs_round(groups: Mapping[str, Sequence[RunRecord]], metric: str, out: P
     ax.set_title(f"{metric} vs round: mean over seeds ± std")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize=8, frameon=True)
-    fig.tight_layout()
-    path = out / "sweep_accuracy_vs_round.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "sweep_accuracy_vs_round.png")
 
 
 def final_with_intervals(spreads: Sequence[tuple[str, Spread | None]], metric: str, out: Path) -> Path | None:
@@ -170,11 +174,7 @@ def final_with_intervals(spreads: Sequence[tuple[str, Spread | None]], metric: s
     ax.set_ylabel(f"final {metric.replace('_', ' ')}")
     ax.set_title(f"final {metric}: mean and 95% interval over seeds")
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "sweep_final.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "sweep_final.png")
 
 
 def all_plots(runs: Sequence[RunRecord], metric: str | None, out: Path) -> list[Path]:

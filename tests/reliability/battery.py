@@ -1,9 +1,12 @@
-"""What the battery's cases share: tiny configs per scheduler, reading a run directory, killing a real run."""
+"""What the battery's cases share: tiny configs per scheduler, reading a run directory, killing a real run, the
+storage cases' reference run and crashed runs (built once per test process, copied per case)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 import json
 import os
 from pathlib import Path
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,3 +109,44 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+class Crash(Exception):
+    """Raised from a run's ``on_round``: the run stops in-process, as by a kill before its next checkpoint."""
+
+
+def crashed_run(config: Path, run_dir: Path, round: int) -> Path:
+    """Run ``config`` into ``run_dir`` (in-process), stopped right after ``round``'s row was written: ``run_dir``."""
+    from fedcore.experiment.runner import prepare, run_experiment
+
+    def crash(row: dict) -> None:
+        if row["round"] == round:
+            raise Crash
+
+    try:
+        run_experiment(prepare(config), out=run_dir, progress="none", on_round=crash)
+    except Crash:
+        return run_dir
+    raise AssertionError(f"the run of {config} never reached round {round}")
+
+
+_BUILT: dict[Path, object] = {}
+
+
+def built_once(path: Path, build: Callable[[Path], object]) -> object:
+    """``build(path)``'s result, built at the first call in this process and kept: the storage cases start from the
+    same reference and crashed runs, which their damage and resume never touch (each case works on a copy)."""
+    if path not in _BUILT:
+        path.mkdir(parents=True)
+        try:
+            _BUILT[path] = build(path)
+        except BaseException:  # the next case builds again (and fails with the same error, not a stale directory)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    return _BUILT[path]
+
+
+def copy_of_run(source: Path, run_dir: Path) -> None:
+    """A copy of a stopped run directory: it holds no absolute path, and its ``.lock`` file only names a pid (the
+    lock itself is a ``flock`` on the open file, which a copy does not carry)."""
+    shutil.copytree(source, run_dir)

@@ -8,6 +8,7 @@ import attrs
 from battery import comparable, rows_of, status_of
 import pytest
 from test_storage import (
+    STORAGE_RUNS,
     crashed_at,
     reference,  # noqa: F401 - the storage cases' fixture, used by name
     resume,
@@ -46,6 +47,7 @@ EDITS = {"nan-weight": (_nan_weight, "NaN or infinite"), "shape": (_changed_shap
          "cut-history": (_cut_history, "not the")}
 
 
+@STORAGE_RUNS
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_a_checkpoint_with_good_checksums_but_bad_content_is_skipped_and_the_resume_is_exact(tmp_path, capsys,
                                                                                             reference, edit):  # noqa: F811

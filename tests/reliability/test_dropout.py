@@ -27,18 +27,19 @@ def test_partial_dropout_finishes_and_every_row_says_what_dropped(tmp_path, caps
 
 @pytest.mark.parametrize("schedule", ["sync", "semi-async", "buffered", "async"])
 def test_total_dropout_is_a_failed_run_exit_1_with_every_round_reported(tmp_path, capsys, schedule):
+    """Every round of a two-round run is reported, none applies an update, and the run fails (exit 1)."""
     config = tmp_path / "c.toml"
-    config.write_text(config_text(schedule, rounds=3, epochs=1, faults="dropout_during = 1.0"))
+    config.write_text(config_text(schedule, rounds=2, epochs=1, faults="dropout_during = 1.0"))
     out = tmp_path / "run"
     rc = main(["run", str(config), "--out", str(out), "--progress", "plain"])
     printed, err = capsys.readouterr()
     assert rc == 1
     status = status_of(out)
-    assert status["state"] == "failed" and status["error"].startswith("no round of 3 applied a client update")
-    assert "fedcore: error: the run failed: no round of 3 applied a client update" in err
+    assert status["state"] == "failed" and status["error"].startswith("no round of 2 applied a client update")
+    assert "fedcore: error: the run failed: no round of 2 applied a client update" in err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 and all(r["clients"] == [] and r["dropout"] for r in rows)
+    assert len(rows) == 2 and all(r["clients"] == [] and r["dropout"] for r in rows)
     assert all(r["round_failed"].startswith("no client update reached aggregation (dropout") for r in rows)
     progress = [line for line in (printed + err).splitlines() if "] round " in line]
-    assert len(progress) == 3 and all("clients 0" in line and "round failed: no client update reached aggregation"
+    assert len(progress) == 2 and all("clients 0" in line and "round failed: no client update reached aggregation"
                                       in line for line in progress)

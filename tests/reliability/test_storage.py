@@ -9,7 +9,7 @@ from pathlib import Path
 import shutil
 import subprocess
 
-from battery import comparable, config_text, rows_of, status_of
+from battery import built_once, comparable, config_text, copy_of_run, crashed_run, rows_of, status_of
 import pytest
 
 from fedcore.cli import main
@@ -18,30 +18,33 @@ from fedcore.engine.checkpoint import JOURNALS, list_checkpoints, read_checkpoin
 from fedcore.experiment.runner import prepare, run_experiment
 
 ROUNDS = 6
+STORAGE_RUNS = pytest.mark.xdist_group("storage-runs")
+"""The cases that start from the shared reference and crashed runs (here and in test_checkpoint_content.py) run on
+one xdist worker, which makes those runs once."""
+pytestmark = STORAGE_RUNS
 
 
-class Crash(Exception):
-    pass
+def _reference(root):
+    config = root / "sync.toml"
+    config.write_text(config_text("buffered", rounds=ROUNDS, epochs=2).replace("keep = 2", "keep = 4"))
+    assert main(["run", str(config), "--out", str(root / "reference"), "--progress", "none"]) == 0
+    return config, rows_of(root / "reference")
 
 
 @pytest.fixture
-def reference(tmp_path, capsys):
-    config = tmp_path / "sync.toml"
-    config.write_text(config_text("buffered", rounds=ROUNDS, epochs=2).replace("keep = 2", "keep = 4"))
-    ref = tmp_path / "reference"
-    assert main(["run", str(config), "--out", str(ref), "--progress", "none"]) == 0
+def reference(tmp_path_factory, capsys):
+    """The cases' config and its uninterrupted history: one run per test process (``battery.built_once``), which
+    no case writes into (these cases and test_checkpoint_content's share it)."""
+    config, rows = built_once(tmp_path_factory.getbasetemp() / "storage-reference", _reference)
     capsys.readouterr()
-    return config, rows_of(ref)
+    return config, [dict(row) for row in rows]
 
 
 def crashed_at(config, run_dir, round):
-    """The run stopped (in-process) right after ``round``'s row was written, as by a kill before its checkpoint."""
-    def crash(row):
-        if row["round"] == round:
-            raise Crash
-
-    with pytest.raises(Crash):
-        run_experiment(prepare(config), out=run_dir, progress="none", on_round=crash)
+    """The run stopped (in-process) right after ``round``'s row was written, as by a kill before its checkpoint:
+    a copy of the one such run this process made (``battery.built_once``), which the case may damage."""
+    stopped = built_once(config.parent / f"crashed-at-{round}", lambda root: crashed_run(config, root / "run", round))
+    copy_of_run(stopped, run_dir)
 
 
 def resume(run_dir, capsys):

@@ -22,14 +22,15 @@ def test_pretraining_is_deterministic_by_seed_and_thread_count_and_cached(tmp_pa
     """Two real builds with one seed, by a caller on one intra-op thread and by one on two, each into its own cache:
     one cache key, the same bytes (so the same seed gives the same weights whatever the thread count: before the
     fix these differed) and each caller's thread count back; a third call loads the first build from its cache.
-    Both builds run in this process: the thread count is the caller's setting, not the process's."""
+    Both builds run in this process: the thread count is the caller's setting, not the process's. Two steps are
+    enough: with the build's thread count left to the caller, one step already gives other weights on two threads."""
     files, built = [], []
     for threads in (1, 2):  # the autouse one_thread fixture restores the count afterwards
         monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / f"t{threads}"))
         torch.set_num_threads(threads)
-        model, info = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
+        model, info = pretrain_tiny_clip("shapes", steps=2, batch_size=32, seed=3, n_per_class=4)
         assert torch.get_num_threads() == threads, "the caller's thread count was not restored"
-        path = cache_path("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)
+        path = cache_path("shapes", steps=2, batch_size=32, seed=3, n_per_class=4)
         assert path.exists() and path.with_suffix(".json").exists() and Path(info["path"]) == path
         assert str(tmp_path / f"t{threads}") in info["path"] and "no external weights" in info["note"]
         files.append(path)
@@ -40,7 +41,7 @@ def test_pretraining_is_deterministic_by_seed_and_thread_count_and_cached(tmp_pa
         assert torch.equal(va, vb), f"{k} differs between two builds with one seed"
     monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "t1"))
     written = files[0].stat().st_mtime_ns
-    cached, _ = pretrain_tiny_clip("shapes", steps=6, batch_size=32, seed=3, n_per_class=4)  # from the cache
+    cached, _ = pretrain_tiny_clip("shapes", steps=2, batch_size=32, seed=3, n_per_class=4)  # from the cache
     assert files[0].stat().st_mtime_ns == written, "the third call built again instead of reading its cache"
     assert all(torch.equal(x, y) for x, y in zip(built[0].model.state_dict().values(),
                                                  cached.model.state_dict().values()))
