@@ -111,20 +111,35 @@ def _arg_key(value: Any, tensors: list[torch.Tensor]) -> Any:
     return None
 
 
-_remembered_ops: dict[Any, bool] = {}
+_Kind = tuple[str, tuple[int, ...]]
+_kinds: dict[Any, _Kind | None] = {}
 
 
-def _fresh_outputs(func: Any) -> bool:
-    """Whether ``func``'s schema returns only new tensors (no view or in-place result of an input)."""
-    ok = _remembered_ops.get(func)
-    if ok is None:
-        returns = func._schema.returns
-        ok = _remembered_ops[func] = bool(returns) and all(
-            r.alias_info is None and str(r.type) in ("Tensor", "Tensor?", "List[Tensor]") for r in returns)
-    return ok
+def _op_kind(func: Any) -> _Kind | None:
+    """What ``func`` returns, from its schema: ``("new", ())`` (only new tensors), ``("written", (i, ...))`` (the
+    arguments at those positions, written in place: ``add_``, ``clamp_``, an ``out=``), or ``None`` (views, nothing)."""
+    if func in _kinds:
+        return _kinds[func]
+    schema = func._schema
+    returns, arguments = schema.returns, schema.arguments
+    kind: _Kind | None = None
+    if returns and all(r.alias_info is None and str(r.type) in ("Tensor", "Tensor?", "List[Tensor]") for r in returns):
+        kind = ("new", ())
+    elif returns and all(r.alias_info is not None and r.alias_info.is_write and str(r.type) == "Tensor"
+                         for r in returns):
+        owners = [[i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write
+                   and a.alias_info.before_set == r.alias_info.before_set] for r in returns]
+        if all(len(o) == 1 for o in owners):
+            kind = ("written", tuple(o[0] for o in owners))
+    _kinds[func] = kind
+    return kind
 
 
-def _output_specs(out: Any, inputs: list[torch.Tensor]) -> tuple[str, tuple[_Spec | None, ...]] | None:
+def _argument(func: Any, index: int, args: Any, kwargs: Any) -> Any:
+    return args[index] if index < len(args) else kwargs.get(func._schema.arguments[index].name)
+
+
+def _new_outputs(out: Any, inputs: list[torch.Tensor]) -> tuple[str, tuple[_Spec | None, ...]] | None:
     """How to rebuild ``out`` (tensors that own a fresh storage of exactly their size), else ``None``."""
     kind, items = ("one", (out,)) if isinstance(out, torch.Tensor) or out is None else (
         ("tuple", tuple(out)) if isinstance(out, tuple) else ("list", tuple(out)) if isinstance(out, list)
@@ -155,10 +170,12 @@ def _build(spec: _Spec | None) -> torch.Tensor | None:
 class MetaShapeMemo(TorchDispatchMode):
     """Answers an op on meta tensors from an earlier call with the same op, metadata and arguments.
 
-    Remembered: calls whose arguments are plain meta tensors and constants, whose schema returns new tensors
-    (an in-place batch norm's outputs too) that own storages of exactly their size, and that leave their inputs'
-    metadata as they were; a repeated call returns new tensors of the remembered shapes, strides and dtypes. Any
-    other call runs its kernel. Storages stay distinct, so saved-activation bytes are counted as without the memo.
+    Remembered: calls whose arguments are plain meta tensors and constants and that leave their inputs' metadata as
+    they were, of two kinds. An op whose schema returns new tensors (an in-place batch norm's outputs too) that own
+    storages of exactly their size: a repeated call returns new tensors of the remembered shapes, strides and dtypes.
+    An op that writes into an argument and returns it (``clamp_``, ``add_``; on meta tensors a write changes nothing):
+    a repeated call returns that argument. Any other call runs its kernel. Storages stay distinct, so saved-activation
+    bytes are counted as without the memo.
     """
 
     LIMIT = 200_000  # remembered calls (a few hundred bytes each) before the memo starts again
@@ -169,7 +186,8 @@ class MetaShapeMemo(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if not isinstance(func, torch._ops.OpOverload) or not _fresh_outputs(func):
+        kind = _op_kind(func) if isinstance(func, torch._ops.OpOverload) else None
+        if kind is None:
             return func(*args, **kwargs)
         tensors: list[torch.Tensor] = []
         key = (func, torch.get_default_dtype(), _arg_key(args, tensors), _arg_key(tuple(sorted(kwargs.items())),
@@ -178,16 +196,25 @@ class MetaShapeMemo(TorchDispatchMode):
             return func(*args, **kwargs)
         hit = self.memo.get(key)
         if hit is not None:
-            kind, specs = hit
+            shape, specs = hit
+            if kind[0] == "written":
+                written = tuple(_argument(func, i, args, kwargs) for i in kind[1])
+                return written[0] if len(written) == 1 else written
             built = [_build(s) for s in specs]
-            return built[0] if kind == "one" else tuple(built) if kind == "tuple" else built
+            return built[0] if shape == "one" else tuple(built) if shape == "tuple" else built
         before = [_tensor_key(t) for t in tensors]
         out = func(*args, **kwargs)
-        specs = _output_specs(out, tensors)
-        if specs is not None and [_tensor_key(t) for t in tensors] == before:
+        if kind[0] == "written":
+            written = tuple(_argument(func, i, args, kwargs) for i in kind[1])
+            same = out is written[0] if len(written) == 1 else (
+                isinstance(out, tuple) and len(out) == len(written) and all(o is w for o, w in zip(out, written)))
+            remembered = ("written", ()) if same else None
+        else:
+            remembered = _new_outputs(out, tensors)
+        if remembered is not None and [_tensor_key(t) for t in tensors] == before:
             if len(self.memo) >= self.LIMIT:
                 self.memo.clear()
-            self.memo[key] = specs
+            self.memo[key] = remembered
         return out
 
 
