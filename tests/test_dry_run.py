@@ -107,11 +107,13 @@ def test_a_later_distillation_round_downloads_the_server_logits():
 
 def test_later_sa_fedlora_rounds_book_what_the_real_rounds_book():
     """SA-FedLoRA's stage switch (round 1: backbone + factors down) and an annealed round (round 2: factors at the
-    lower rank, no backbone): dry runs of those rounds, each without the rounds before it, equal the real ledger."""
+    lower rank, no backbone): dry runs of those rounds, each without the rounds before it, equal the real ledger.
+    64 samples (16 a client) instead of the matrix's 256: what a round books is weights, whatever the samples."""
     torch.set_num_threads(1)
     cfg = {**recipe_config("sa-fedlora", plugins=[{"name": "sa-fedlora-plan", "t1_rounds": 1, "t2_rounds": 3,
                                                      "r_a": 3, "r_b": 2, "t_a": 0, "t_b": 1}],
                            local_update={"e1_local_epochs": 1}), "rounds": 3}
+    cfg["dataset"] = {**cfg["dataset"], "n": 64}
     m = materialize(plan(load_config(None, base=copy.deepcopy(cfg))))
     result = m.plan.pipeline.run(model=m.model, train=m.train, test=m.test, executor=m.executor, **m.run_kwargs)
     assert [row["lora_rank"] for row in result.history.rows] == [0.0, 3.0, 2.0]
@@ -144,6 +146,53 @@ def test_meta_measurement_equals_real_tensors(name, settings, shape):
     real, meta = build_pair(name, **settings)
     x = torch.rand(2, *shape)
     assert measure(meta, x.to("meta")) == measure(real, x)
+
+
+def meta_calls() -> list:
+    """Meta kernel calls whose outputs differ in ways a memo could get wrong: a channels-last convolution, a training
+    batch norm's three outputs (it writes its running statistics), a matmul of a transposed view, an in-place write,
+    and the same op again at another shape and with another argument."""
+    x = torch.empty(2, 4, 6, 6, device="meta").to(memory_format=torch.channels_last)
+    weight, running = torch.empty(8, 4, 3, 3, device="meta"), [torch.empty(8, device="meta") for _ in range(2)]
+    y = torch.nn.functional.conv2d(x, weight, padding=1)
+    a = torch.empty(5, 3, device="meta")
+    a.clamp_(0.0, 1.0), x.clamp_(0.0)
+    return [y, *torch.ops.aten._native_batch_norm_legit(y, None, None, *running, True, 0.1, 1e-5), a.t() @ a,
+            torch.relu(a), torch.relu(torch.empty(3, 5, device="meta")), torch.relu(a.t()), a.sum(0), a.sum(1)]
+
+
+def test_the_meta_kernel_memo_answers_what_the_kernels_answer():
+    """A call answered from :class:`MetaShapeMemo` returns what the kernel returns: new tensors of the same shapes,
+    strides, dtypes and storage sizes, or the argument an in-place op writes; calls that differ in a shape, a stride
+    or an argument are not confused."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fedcore.runtime.meta_kernels import MetaShapeMemo
+
+    written = []
+
+    class Above(TorchDispatchMode):  # where the FLOP counter sits: it gets what the memo answers
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.clamp_.default:
+                written.append(out is args[0])
+            return out
+
+    def described(outputs):
+        return [(tuple(o.shape), o.stride(), o.dtype, o.untyped_storage().nbytes()) for o in outputs]
+
+    expected = described(meta_calls())
+    memo: dict = {}
+    with MetaShapeMemo(memo), Above():
+        first = meta_calls()
+    remembered = len(memo)
+    with MetaShapeMemo(memo), Above():
+        second = meta_calls()
+    assert remembered >= 9 and len(memo) == remembered  # the second pass was answered from the memo
+    assert described(first) == described(second) == expected
+    assert written == [True] * 4  # an in-place write answers with the tensor it wrote
+    storages = [o.untyped_storage()._cdata for o in first + second]
+    assert len(set(storages)) == len(storages)  # every answer owns a new storage
 
 
 def test_memory_components_match_a_real_step():
