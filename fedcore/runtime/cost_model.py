@@ -197,9 +197,9 @@ def _total_flops_counter(formulas: dict[Any, Any]) -> Any:
 
 
 def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
-    from fedcore.builtin.clone import clone_module  # deepcopy's semantics at a third of its cost (a third of a
-    from fedcore.runtime.meta_kernels import cpu_attention, memoised_meta_kernels  # micro model's measurement went
-    # to deepcopy)
+    # clone_module: deepcopy's semantics at a third of its cost (a third of a micro model's measurement went to it)
+    from fedcore.builtin.clone import clone_module
+    from fedcore.runtime.meta_kernels import cpu_attention, memoised_meta_kernels
 
     batch = int(example.shape[0])
     work = clone_module(module)  # the passes below train: the module given keeps its statistics and flags
@@ -207,7 +207,7 @@ def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     formulas = _extra_formulas()
     param_keys = {storage_key(p) for p in work.parameters()}
     kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
-    memo = memoised_meta_kernels() if example.is_meta else contextlib.nullcontext()  # below the counters
+    memo = memoised_meta_kernels() if example.is_meta else contextlib.nullcontext()  # entered below the counters
     with torch.random.fork_rng(devices=[]), kernels, memo:
         torch.manual_seed(0)
         with _total_flops_counter(formulas) as fwd, torch.no_grad():

@@ -123,7 +123,7 @@ def _op_kind(func: Any) -> _Kind | None:
     schema = func._schema
     returns, arguments = schema.returns, schema.arguments
     kind: _Kind | None = None
-    if returns and all(r.alias_info is None and str(r.type) in ("Tensor", "Tensor?", "List[Tensor]") for r in returns):
+    if returns and all(r.alias_info is None and str(r.type) in ("Tensor", "List[Tensor]") for r in returns):
         kind = ("new", ())
     elif returns and all(r.alias_info is not None and r.alias_info.is_write and str(r.type) == "Tensor"
                          for r in returns):
@@ -140,7 +140,8 @@ def _argument(func: Any, index: int, args: Any, kwargs: Any) -> Any:
 
 
 def _new_outputs(out: Any, inputs: list[torch.Tensor]) -> tuple[str, tuple[_Spec | None, ...]] | None:
-    """How to rebuild ``out`` (tensors that own a fresh storage of exactly their size), else ``None``."""
+    """How to rebuild ``out`` (tensors that own a fresh storage of exactly their size, or ``None`` where a backward
+    kernel was asked for no gradient), else ``None``."""
     kind, items = ("one", (out,)) if isinstance(out, torch.Tensor) or out is None else (
         ("tuple", tuple(out)) if isinstance(out, tuple) else ("list", tuple(out)) if isinstance(out, list)
         else ("", ()))
@@ -157,7 +158,8 @@ def _new_outputs(out: Any, inputs: list[torch.Tensor]) -> tuple[str, tuple[_Spec
             return None
         taken.add(t.untyped_storage()._cdata)
         spec = (tuple(t.shape), t.stride(), t.dtype)
-        if _build(spec).untyped_storage().nbytes() != t.untyped_storage().nbytes():
+        if torch.empty_strided(spec[0], spec[1], dtype=spec[2], device="meta").untyped_storage().nbytes() \
+                != t.untyped_storage().nbytes():
             return None
         specs.append(spec)
     return kind, tuple(specs)
@@ -178,7 +180,7 @@ class MetaShapeMemo(TorchDispatchMode):
     bytes are counted as without the memo.
     """
 
-    LIMIT = 200_000  # remembered calls (a few hundred bytes each) before the memo starts again
+    LIMIT = 50_000  # remembered calls (a few hundred bytes each) before the memo starts again
 
     def __init__(self, memo: dict[Any, Any]) -> None:
         super().__init__()
@@ -204,6 +206,7 @@ class MetaShapeMemo(TorchDispatchMode):
             return built[0] if shape == "one" else tuple(built) if shape == "tuple" else built
         before = [_tensor_key(t) for t in tensors]
         out = func(*args, **kwargs)
+        remembered: tuple[str, tuple[Any, ...]] | None
         if kind[0] == "written":
             written = tuple(_argument(func, i, args, kwargs) for i in kind[1])
             same = out is written[0] if len(written) == 1 else (
