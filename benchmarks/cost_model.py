@@ -9,6 +9,9 @@
    where links dominate, and Tree Learning's medium tier, where compute does): compute time must double,
    communication must not change, round time = compute + communication.
 3. The cost of measuring (once per share shape) against pricing a job from the cache.
+4. A measurement on the meta device (a dry run's) without and with the meta kernel memo
+   (``fedcore.runtime.meta_kernels.MetaShapeMemo``), the memo empty (cold) and filled (warm), interleaved:
+   CPU seconds, ratios against no memo (min and median over the rounds), and the counts, which must be equal.
 """
 from __future__ import annotations
 
@@ -94,6 +97,55 @@ def main() -> None:
     t_cached = (time.perf_counter() - t0) / 100
     print(f"\n3. measuring a share shape: {t_measure * 1e3:.1f} ms once; pricing from the cache: "
           f"{t_cached * 1e3:.3f} ms per job ({t_measure / t_cached:.0f}x cheaper)")
+
+
+    print("\n4. a meta measurement without / with the meta kernel memo (CPU ms; ratio to no memo, min / median)")
+    meta_memo()
+
+
+def meta_memo(rounds: int = 5) -> None:
+    import contextlib
+    import statistics
+    from unittest import mock
+    import warnings
+
+    import fedcore
+    from fedcore.runtime import meta_kernels
+
+    registry = fedcore.plugins.registry()
+    cases = [("micro-cnn", {}, (1, 8, 8)), ("micro-vit", {"embed_dim": 32, "depth": 2, "num_heads": 2}, (1, 8, 8)),
+             ("kd.fedvkd", {"num_classes": 4, "image_size": 8, "width": 4, "embed_dim": 16, "depth": 1,
+                            "num_heads": 2}, (3, 8, 8)),
+             ("open_clip", {"classnames": ["a", "b", "c"], "n_ctx": 4}, (3, 16, 16))]
+
+    def timed(module: torch.nn.Module, x: torch.Tensor, how: str) -> tuple[float, object]:
+        if how == "cold":
+            meta_kernels._memo.clear()
+        off = mock.patch.object(meta_kernels, "memoised_meta_kernels", contextlib.nullcontext) if how == "none" \
+            else contextlib.nullcontext()
+        with off:
+            t0 = time.process_time()
+            cost = measure(module, x)
+            return time.process_time() - t0, cost
+
+    print(f"   {'model':12s}{'no memo':>10s}{'cold':>10s}{'warm':>10s}{'cold ratio':>18s}{'warm ratio':>18s}  equal")
+    for name, settings, shape in cases:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = registry.get(name, "model").obj(**settings)
+        x = torch.rand(2, *shape, device="meta")
+        times: dict[str, list[float]] = {"none": [], "cold": [], "warm": []}
+        costs = set()
+        timed(model, x, "none")
+        for _ in range(rounds):
+            for how in times:
+                t, cost = timed(model, x, how)
+                times[how].append(t)
+                costs.add(cost)
+        ratios = {how: [a / b for a, b in zip(times[how], times["none"])] for how in ("cold", "warm")}
+        print(f"   {name:12s}" + "".join(f"{1e3 * min(times[h]):10.1f}" for h in times)
+              + "".join(f"{min(ratios[h]):9.2f} /{statistics.median(ratios[h]):5.2f}" for h in ratios)
+              + f"  {len(costs) == 1}")
 
 
 if __name__ == "__main__":

@@ -240,7 +240,18 @@ def _one_line(exc: BaseException) -> str:
 
 
 def dry_run(p: Plan, *, round: int = 0, shape: DataShape | None = None) -> DryRun:
-    """Plan round ``round`` of the checked config ``p`` (see the module docstring)."""
+    """Plan round ``round`` of the checked config ``p`` (see the module docstring).
+
+    Every model runs on meta tensors, so a kernel call repeated with the same shapes (the next client's share, the
+    cost model's second pass, the next dry run of the same architecture) is answered from
+    :func:`fedcore.runtime.meta_kernels.memoised_meta_kernels` instead of torch's Python meta kernels."""
+    from fedcore.runtime.meta_kernels import memoised_meta_kernels
+
+    with memoised_meta_kernels():
+        return _plan_round(p, round=round, shape=shape)
+
+
+def _plan_round(p: Plan, *, round: int, shape: DataShape | None) -> DryRun:
     from fedcore.engine.idle import IdleClients
     from fedcore.engine.loop import Engine
     from fedcore.engine.spec import RunSpec

@@ -172,11 +172,34 @@ def measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     return _measure(module, example)
 
 
-def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
+class _GlobalOnly:
+    """A stand-in for ``FlopCounterMode``'s module tracker that attributes every FLOP to ``Global`` only.
+
+    The tracker hooks every module call and, on the backward, every module output (``register_multi_grad_hook``);
+    :func:`measure` reads only the total, which is the same sum either way."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _GlobalOnly:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+def _total_flops_counter(formulas: dict[Any, Any]) -> Any:
+    """``FlopCounterMode`` with fedcore's formulas, counting the total only (no per-module table)."""
     from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
 
-    from fedcore.builtin.clone import clone_module  # deepcopy's semantics at a third of its cost (a third of a
-    from fedcore.runtime.meta_kernels import cpu_attention  # micro model's measurement went to deepcopy)
+    counter = FlopCounterMode(display=False, custom_mapping=formulas)
+    counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]
+    return counter
+
+
+def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
+    # clone_module: deepcopy's semantics at a third of its cost (a third of a micro model's measurement went to it)
+    from fedcore.builtin.clone import clone_module
+    from fedcore.runtime.meta_kernels import cpu_attention, memoised_meta_kernels
 
     batch = int(example.shape[0])
     work = clone_module(module)  # the passes below train: the module given keeps its statistics and flags
@@ -184,16 +207,17 @@ def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
     formulas = _extra_formulas()
     param_keys = {storage_key(p) for p in work.parameters()}
     kernels = cpu_attention() if example.is_meta else contextlib.nullcontext()
-    with torch.random.fork_rng(devices=[]), kernels:
+    memo = memoised_meta_kernels() if example.is_meta else contextlib.nullcontext()  # entered below the counters
+    with torch.random.fork_rng(devices=[]), kernels, memo:
         torch.manual_seed(0)
-        with FlopCounterMode(display=False, custom_mapping=formulas) as fwd, torch.no_grad():
+        with _total_flops_counter(formulas) as fwd, torch.no_grad():
             work(example)
-        with FlopCounterMode(display=False, custom_mapping=formulas) as full:
+        with _total_flops_counter(formulas) as full:
             total = saved_bytes(work, example, param_keys)
         per_sample, fixed = total / batch, 0.0
         if batch >= 2:  # a one-sample pass separates what grows with the batch from what does not
             try:
-                one = saved_bytes(work, example[:1], param_keys)
+                one = saved_bytes(work, example[:1], param_keys, backward=False)
             except (RuntimeError, ValueError):  # batch norm cannot train on one sample of a 1x1 map: stay linear
                 one = None
             slope = (total - one) / (batch - 1) if one is not None else -1.0
@@ -206,9 +230,10 @@ def _measure(module: nn.Module, example: torch.Tensor) -> ShareCost:
                      activation_fixed_bytes=fixed)
 
 
-def saved_bytes(module: nn.Module, example: torch.Tensor, param_keys: set[int]) -> int:
+def saved_bytes(module: nn.Module, example: torch.Tensor, param_keys: set[int], *, backward: bool = True) -> int:
     """Bytes autograd saves for backward in one forward of ``module`` on ``example`` (distinct storages, no
-    parameters); the backward runs too, to free the graph."""
+    parameters); with ``backward`` the backward runs too (its FLOPs are counted by a counter around the call),
+    without it the graph is freed with the outputs."""
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -220,7 +245,7 @@ def saved_bytes(module: nn.Module, example: torch.Tensor, param_keys: set[int]) 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = module(example)
     leaves = [t for t in _tensor_leaves(out) if t.requires_grad]
-    if leaves:
+    if leaves and backward:
         functools.reduce(operator.add, (t.float().sum() for t in leaves)).backward()
     return sum(saved.values())
 
