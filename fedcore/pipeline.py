@@ -223,6 +223,8 @@ class _PluginManager(pluggy.PluginManager):
     the first GPU machine, whose pluggy was older than the development environment's 1.7."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        if name[:2] == "__" and name[-2:] == "__":  # Python's and attrs' names, ~80 % of a component's dir(): never
+            return None                            # a hook (pytest skips every name without its prefix)
         cls = type(plugin)
         if isinstance(plugin, type) or cls.__module__ == "builtins" or name in getattr(plugin, "__dict__", ()):
             return super().parse_hookimpl_opts(plugin, name)

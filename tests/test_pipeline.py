@@ -317,6 +317,9 @@ class RaisingProperty:
     def not_yet(self):
         raise ValueError("known only once the model is")
 
+    def settle(self):
+        """A plain method: pluggy is asked about it (the watch below is not vacuous)."""
+
 
 def test_a_property_is_never_handed_to_pluggy_whose_older_versions_evaluate_it(monkeypatch):
     """pluggy 1.5 and 1.6 (within fedcore's pin) read each attribute with ``getattr``, so a raising property broke
@@ -330,5 +333,6 @@ def test_a_property_is_never_handed_to_pluggy_whose_older_versions_evaluate_it(m
         return own(self, plugin, name)
 
     monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", watched)
+    monkeypatch.setattr(fedcore.pipeline, "_HOOK_MARKERS", {})  # nothing read by an earlier pipeline of this process
     fedcore.Pipeline([RaisingProperty()])
-    assert asked and "not_yet" not in asked
+    assert "settle" in asked and "not_yet" not in asked

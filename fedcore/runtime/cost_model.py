@@ -192,7 +192,8 @@ def _total_flops_counter(formulas: dict[Any, Any]) -> Any:
     from torch.utils.flop_counter import FlopCounterMode  # imported here: workers that only run jobs skip it
 
     counter = FlopCounterMode(display=False, custom_mapping=formulas)
-    counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]
+    if type(getattr(counter, "mod_tracker", None)).__name__ == "ModuleTracker":  # torch 2.4 to 2.14 at least; another
+        counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]  # torch keeps its own tracker (same total)
     return counter
 
 
