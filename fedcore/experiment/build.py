@@ -47,7 +47,11 @@ def split_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 def _parameters(fn: Any) -> list[inspect.Parameter]:
     # misc: mypy calls __init__ on an instance unsound; here it is the class's own, only read for its signature
     target = fn.__init__ if isinstance(fn, type) else fn  # type: ignore[misc]
-    return list(_signature(target).parameters.values())
+    try:
+        signature = _signature(target)
+    except TypeError:  # an unhashable callable: read it afresh
+        signature = inspect.signature(target)
+    return list(signature.parameters.values())
 
 
 @functools.lru_cache(maxsize=1024)
