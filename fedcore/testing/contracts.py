@@ -182,7 +182,8 @@ def _fake_updates(engine: Any, n: int, seed: int) -> list[ClientUpdate]:
                                              state=copy.deepcopy(run.client_states[0]), ctx=round_context(engine))
     g = torch.Generator().manual_seed(seed)
     state = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
-    uploaded = {k: v for k, v in state.items() if k in set(share.upload)}
+    names = set(share.upload)
+    uploaded = {k: v for k, v in state.items() if k in names}
     state = uploaded or state  # upload names outside the model's own (a split's module-relative names): all of it
     return [ClientUpdate(client_id=i, num_examples=10 + i,
                          tensors={k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in state.items()},

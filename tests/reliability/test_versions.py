@@ -5,32 +5,20 @@ as if another installation had written it."""
 import json
 
 from battery import comparable, config_text, rows_of, status_of
-import pytest
+from battery import crashed_run as battery_crashed_run
 import torch
 
 import fedcore
 from fedcore.cli import main
-from fedcore.experiment.runner import prepare, run_experiment
 
 ROUNDS = 3
 
 
-class Crash(Exception):
-    pass
-
-
 def crashed_run(tmp_path):
+    """A sync run stopped in-process right after round 1's row (``battery.crashed_run``)."""
     config = tmp_path / "c.toml"
     config.write_text(config_text("sync", rounds=ROUNDS, epochs=1))
-
-    def crash(row):
-        if row["round"] == 1:
-            raise Crash
-
-    run_dir = tmp_path / "run"
-    with pytest.raises(Crash):
-        run_experiment(prepare(config), out=run_dir, progress="none", on_round=crash)
-    return config, run_dir
+    return config, battery_crashed_run(config, tmp_path / "run", 1)
 
 
 def test_a_resume_under_other_versions_warns_and_keeps_every_segments_versions(tmp_path, capsys):
